@@ -1,0 +1,132 @@
+"""Shared fixtures: small factories that drive the real services (no row-level shortcuts)."""
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from workcenter import services
+from workcenter.models import Action, Run, WorkItem
+from workcenter.services import workflows
+
+T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=timezone.utc)
+
+
+class Clock:
+    """A movable clock passed to services as `now=`."""
+
+    def __init__(self, start: datetime = T0):
+        self.t = start
+
+    def __call__(self) -> datetime:
+        return self.t
+
+    def tick(self, ms: int = 1) -> datetime:
+        self.t = self.t + timedelta(milliseconds=ms)
+        return self.t
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+_ids = itertools.count(1)
+
+
+def checks_for(criteria, status="passed"):
+    return [{"criterion": c, "status": status, "evidence": f"checked {c}"} for c in criteria]
+
+
+def completed(criteria=(), **extra):
+    result = {"outcome": "completed", "summary": "done", "evidence": ["did the work"],
+              "acceptance_checks": checks_for(criteria)}
+    result.update(extra)
+    return result
+
+
+class Store:
+    """Test driver over the public services with an explicit clock."""
+
+    def __init__(self, clock: Clock):
+        self.clock = clock
+        self.boot = "boot-A"
+
+    def now(self):
+        return self.clock.tick(1)
+
+    def create(self, *, workflow=None, criteria=(), start=True, work_dir=None, id=None, **kw):
+        args = dict(title=kw.pop("title", "Item"), goal=kw.pop("goal", "Do the thing"),
+                    acceptance_criteria=list(criteria), start=start, now=self.now(), **kw)
+        if workflow is not None:
+            args.update(workflow=workflow, trusted=True)
+        if work_dir is not None:
+            args["work_dir"] = work_dir
+        if id is not None:
+            args["id"] = id
+        return services.work_item_create(**args)
+
+    def linear(self, **kw):
+        return self.create(workflow=workflows.default_workflows()[0], **kw)
+
+    def claim(self, boot=None, lease_ms=60_000):
+        return services.action_claim(owner_boot_id=boot or self.boot, lease_ms=lease_ms, now=self.now())
+
+    def submit(self, claim, result, boot=None, epoch=None):
+        return services.run_submit(run_id=claim.run.pk, owner_boot_id=boot or claim.run.owner_boot_id,
+                                   lease_epoch=claim.run.lease_epoch if epoch is None else epoch,
+                                   result=result, now=self.now())
+
+    def complete(self, claim, criteria=None, **extra):
+        item = WorkItem.objects.get(pk=claim.work_item.pk)
+        crit = item.acceptance_criteria if criteria is None else criteria
+        return self.submit(claim, completed(crit, **extra))
+
+    def planned(self, actions, *, criteria=(), work_item_type="analysis", work_dir=None, **kw):
+        """A graph item built the real way: planning triage submits a plan."""
+        item = self.create(criteria=criteria, work_dir=work_dir, work_item_type=work_item_type, **kw)
+        claim = self.claim_item(item.pk)
+        assert claim.action.type == "triage"
+        self.submit(claim, completed(criteria, plan={"work_item_type": work_item_type, "actions": actions}))
+        return WorkItem.objects.get(pk=item.pk)
+
+    def claim_item(self, item_id, boot=None, stage=None):
+        """Claim until an action of the given item (and stage) is returned; other claims are released."""
+        others = []
+        try:
+            while True:
+                c = self.claim(boot)
+                if c is None:
+                    return None
+                if c.work_item.pk == item_id and (stage is None or c.action.effective_stage_id == stage):
+                    return c
+                others.append(c)
+        finally:
+            for o in others:
+                services.run_interrupt(run_id=o.run.pk, owner_boot_id=o.run.owner_boot_id,
+                                       lease_epoch=o.run.lease_epoch, reason="test release", now=self.now())
+
+    def item(self, item_id):
+        return WorkItem.objects.get(pk=item_id)
+
+    def actions(self, item_id):
+        return list(Action.objects.filter(work_item_id=item_id).order_by("sequence"))
+
+    def by_stage(self, item_id):
+        out = {}
+        for a in self.actions(item_id):
+            out[a.effective_stage_id] = a
+        return out
+
+    def runs(self, item_id):
+        return list(Run.objects.filter(work_item_id=item_id).order_by("started_at"))
+
+    def event_types(self, item_id):
+        from workcenter.models import Event
+        return list(Event.objects.filter(work_item_id=item_id).order_by("id").values_list("type", flat=True))
+
+
+@pytest.fixture
+def store(clock, db):
+    return Store(clock)

@@ -1,0 +1,238 @@
+"""Models mirror the store schema of DOMAIN.md §2. All writes go through workcenter.services."""
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+COUNTER_FIELDS = (
+    "llm_request_count",
+    "loop_count",
+    "tool_count",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "total_tokens",
+)
+
+
+class WorkItemStatus(models.TextChoices):
+    DRAFT = "draft", "draft"  # created without starting; no action yet
+    READY = "ready", "ready"  # at least one claimable action
+    RUNNING = "running", "running"  # linear: current action runs; graph: something runs, nothing blocked
+    WAITING = "waiting", "waiting"  # needs the user's answer
+    NEEDS_ATTENTION = "needs_attention", "needs attention"  # failure, exhausted retries, unsafe interruption
+    DONE = "done", "done"  # terminal: workflow finished
+    CANCELLED = "cancelled", "cancelled"  # terminal: cancelled by the user
+
+
+class ActionStatus(models.TextChoices):
+    READY = "ready", "ready"  # claimable when the mode's readiness rule holds
+    RUNNING = "running", "running"  # has a current run
+    WAITING = "waiting", "waiting"  # graph only: ended with outcome waiting [DEV-4]
+    COMPLETED = "completed", "completed"  # finished (linear waiting also lands here)
+    FAILED = "failed", "failed"  # terminal failure or exhausted retries; blocks until retried
+    SUPERSEDED = "superseded", "superseded"  # replaced by a contract change or guidance
+    CANCELLED = "cancelled", "cancelled"  # the work item was cancelled
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running", "running"  # holds the lease
+    COMPLETED = "completed", "completed"  # submitted completed (after validation)
+    WAITING = "waiting", "waiting"  # submitted waiting
+    RETRYABLE = "retryable", "retryable"  # submitted retryable
+    FAILED = "failed", "failed"  # submitted failed, or downgraded by validation
+    INTERRUPTED = "interrupted", "interrupted"  # worker stop or recovery of the current run
+    SUPERSEDED = "superseded", "superseded"  # fenced out by contract change, guidance, reset, stale recovery
+    CANCELLED = "cancelled", "cancelled"  # work item cancelled
+
+
+class WorkspaceMode(models.TextChoices):
+    SHARED = "shared", "shared"
+    READ = "read", "read"
+    ISOLATED_WRITE = "isolated-write", "isolated-write"
+    INTEGRATE = "integrate", "integrate"
+
+
+OPEN_ACTION_STATUSES = (ActionStatus.READY, ActionStatus.RUNNING, ActionStatus.WAITING)
+TERMINAL_ITEM_STATUSES = (WorkItemStatus.DONE, WorkItemStatus.CANCELLED)
+
+
+class WorkItem(models.Model):
+    id = models.CharField(primary_key=True, max_length=200, default=new_id)
+    revision = models.IntegerField(default=1)
+    title = models.TextField()
+    goal = models.TextField()
+    acceptance_criteria = models.JSONField(default=list, blank=True)
+    workflow_template = models.CharField(max_length=200, default="software-change")
+    workflow_snapshot = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=32, choices=WorkItemStatus.choices, default=WorkItemStatus.DRAFT)
+    current_action_id = models.CharField(max_length=200, null=True, blank=True)
+    current_run_id = models.CharField(max_length=200, null=True, blank=True)
+    work_dir = models.TextField(default="", blank=True)
+    workspace_key = models.TextField(default="", blank=True, db_index=True)
+    reuse_memory = models.BooleanField(default=True)
+    origin = models.JSONField(null=True, blank=True)
+    linked_session_ids = models.JSONField(default=list, blank=True)
+    session_context = models.JSONField(default=list, blank=True)
+    attachments = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "-updated_at"], name="wc_item_status_updated")]
+        permissions = [
+            ("run_actions", "Can run actions through the worker protocol"),
+            ("define_workflows", "Can create work items with an explicit workflow (trusted producer)"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.title} ({self.status})"
+
+    @property
+    def execution_mode(self) -> str:
+        snap = self.workflow_snapshot or {}
+        return "graph" if snap.get("execution_mode") == "graph" else "linear"
+
+
+class Action(models.Model):
+    id = models.CharField(primary_key=True, max_length=200, default=new_id)
+    work_item = models.ForeignKey(WorkItem, on_delete=models.CASCADE, related_name="actions")
+    sequence = models.IntegerField()
+    type = models.CharField(max_length=64)
+    stage_id = models.CharField(max_length=200, null=True, blank=True)
+    assignment_policy = models.JSONField(null=True, blank=True)
+    model_policy = models.JSONField(null=True, blank=True)
+    depends_on_stage_ids = models.JSONField(default=list, blank=True)
+    workspace_mode = models.CharField(max_length=32, choices=WorkspaceMode.choices, default=WorkspaceMode.SHARED)
+    changes_requested_stage_id = models.CharField(max_length=200, null=True, blank=True)
+    workspace = models.JSONField(null=True, blank=True)
+    required_role = models.CharField(max_length=200, default="", blank=True)
+    instruction = models.TextField(default="", blank=True)
+    brief = models.JSONField(null=True, blank=True)
+    context = models.JSONField(default=list, blank=True)
+    contract_revision = models.IntegerField(default=1)
+    status = models.CharField(max_length=32, choices=ActionStatus.choices, default=ActionStatus.READY)
+    attempt = models.IntegerField(default=0)
+    max_attempts = models.IntegerField(default=2)
+    current_run_id = models.CharField(max_length=200, null=True, blank=True)
+    lease_epoch = models.IntegerField(default=0)
+    # Derived claim-queue flag, kept in step by the services in the same transaction as every
+    # change of its inputs: status ready, no run, and the mode's readiness rule (DOMAIN §5.1-§5.3).
+    # It lets a claim read only claimable rows through a partial index, so claim cost does not
+    # grow with ready actions that wait on dependencies or on a blocked item.
+    claimable = models.BooleanField(default=False)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["work_item_id", "sequence"]
+        constraints = [models.UniqueConstraint(fields=["work_item", "sequence"], name="wc_action_item_sequence")]
+        indexes = [
+            models.Index(fields=["status", "updated_at", "sequence"], name="wc_action_queue"),
+            models.Index(
+                fields=["updated_at", "sequence", "created_at"],
+                name="wc_action_claimable",
+                condition=Q(claimable=True),
+            ),
+            models.Index(fields=["work_item"], name="wc_action_running", condition=Q(status="running")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.effective_stage_id} #{self.sequence} ({self.status})"
+
+    @property
+    def effective_stage_id(self) -> str:
+        return self.stage_id or self.type
+
+
+class Run(models.Model):
+    id = models.CharField(primary_key=True, max_length=200, default=new_id)
+    action = models.ForeignKey(Action, on_delete=models.CASCADE, related_name="runs")
+    work_item = models.ForeignKey(WorkItem, on_delete=models.CASCADE, related_name="runs")
+    owner_boot_id = models.CharField(max_length=200)
+    lease_epoch = models.IntegerField()
+    status = models.CharField(max_length=32, choices=RunStatus.choices, default=RunStatus.RUNNING)
+    started_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    role_snapshot = models.JSONField(null=True, blank=True)
+    vp_snapshot = models.JSONField(null=True, blank=True)
+    model_snapshot = models.JSONField(null=True, blank=True)
+    tool_policy_snapshot = models.JSONField(null=True, blank=True)
+    response = models.TextField(default="", blank=True)
+    summary = models.TextField(default="", blank=True)
+    evidence = models.JSONField(default=list, blank=True)
+    waiting_reason = models.TextField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    review_decision = models.CharField(max_length=32, null=True, blank=True)
+    contract_patch = models.JSONField(null=True, blank=True)
+    acceptance_checks = models.JSONField(default=list, blank=True)
+    loop_count = models.BigIntegerField(default=0)
+    tool_count = models.BigIntegerField(default=0)
+    llm_request_count = models.BigIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cache_read_tokens = models.BigIntegerField(default=0)
+    cache_write_tokens = models.BigIntegerField(default=0)
+    total_tokens = models.BigIntegerField(default=0)
+    progress_revision = models.IntegerField(default=0)
+    checkpoint = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["status", "expires_at"], name="wc_run_status_expires"),
+            models.Index(fields=["action", "started_at"], name="wc_run_action"),
+            models.Index(fields=["work_item", "started_at"], name="wc_run_item"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.id[:8]} ({self.status})"
+
+
+class Event(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    work_item = models.ForeignKey(WorkItem, on_delete=models.CASCADE, related_name="events")
+    action_id = models.CharField(max_length=200, null=True, blank=True)
+    run_id = models.CharField(max_length=200, null=True, blank=True)
+    type = models.CharField(max_length=64)
+    data = models.JSONField(default=dict, blank=True)
+    actor = models.CharField(max_length=300, default="system")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["work_item", "id"], name="wc_event_item")]
+
+    def __str__(self) -> str:
+        return f"#{self.id} {self.type}"
+
+
+class SchemaMeta(models.Model):
+    key = models.CharField(primary_key=True, max_length=100)
+    value = models.TextField()
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}"
+
+
+class ApiToken(models.Model):
+    """A bearer token for programs (API.md §1); only the SHA-256 of the secret is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="workcenter_tokens")
+    name = models.CharField(max_length=200, blank=True, default="")
+    prefix = models.CharField(max_length=16, db_index=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name or self.prefix} ({self.user})"

@@ -1,0 +1,507 @@
+"""Building blocks shared by the public services. Nothing here opens a transaction.
+
+Locking order (PostgreSQL): a service locks the work item row first, then the rows of that
+item it changes. Claims never wait on a lock (SKIP LOCKED, try-locks), so they cannot take part
+in a deadlock; multi-item work (recovery) locks items in primary-key order.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Iterable
+
+from django.db import connection, transaction
+from django.utils.dateparse import parse_datetime
+
+from .. import clock
+from ..errors import FenceLost, InvalidState, NotFound, ReservationActive
+from ..models import (
+    COUNTER_FIELDS,
+    Action,
+    ActionStatus,
+    Run,
+    RunStatus,
+    WorkItem,
+    WorkItemStatus,
+    new_id,
+)
+from . import normalize, workflows
+
+RUNNING_ITEM_OK = (WorkItemStatus.READY, WorkItemStatus.RUNNING, WorkItemStatus.WAITING)
+RESET_REASON_CHANGES = "Superseded by review changes request"
+RESET_REASON_RETRY = "Superseded by manual graph retry"
+REASON_GUIDANCE = "Action restarted after user guidance"
+REASON_CONTRACT = "WorkItem contract changed while this Run was active"
+REASON_CANCELLED = "WorkItem was cancelled"
+
+
+def store_transaction():
+    """Every public store operation is one durable transaction (DOMAIN §2.7)."""
+    return transaction.atomic(durable=True)
+
+
+def resolve_now(now: datetime | None) -> datetime:
+    return now if now is not None else clock.now()
+
+
+def is_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def lock_key(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big", signed=True)
+
+
+def try_workspace_lock(workspace_key: str) -> bool:
+    """Transaction-scoped advisory try-lock on a workspace key (PostgreSQL); SQLite serialises anyway."""
+    if not workspace_key or not is_postgres():
+        return True
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [lock_key("ws:" + workspace_key)])
+        return bool(cur.fetchone()[0])
+
+
+def workspace_lock(workspace_key: str) -> None:
+    if not workspace_key or not is_postgres():
+        return
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key("ws:" + workspace_key)])
+
+
+def lock_item(item_id: str) -> WorkItem:
+    try:
+        return WorkItem.objects.select_for_update().get(pk=item_id)
+    except WorkItem.DoesNotExist:
+        raise NotFound(f"WorkItem not found: {item_id}", extra={"id": item_id}) from None
+
+
+def item_actions(item: WorkItem, *, lock: bool = False) -> list[Action]:
+    qs = Action.objects.filter(work_item_id=item.pk).order_by("sequence")
+    if lock:
+        qs = qs.select_for_update()
+    return list(qs)
+
+
+def canonicalize_dir(path: Any) -> str:
+    """Canonical absolute path with symlinks resolved, or "" if blank or missing (DOMAIN §2.1)."""
+    if not isinstance(path, str) or not path.strip():
+        return ""
+    try:
+        real = os.path.realpath(path.strip())
+    except (OSError, ValueError):
+        return ""
+    return real if os.path.isdir(real) else ""
+
+
+# --- reservations (DOMAIN §10.2) -------------------------------------------------------------
+
+def reservation_of(action: Action) -> dict | None:
+    ws = action.workspace if isinstance(action.workspace, dict) else None
+    integ = ws.get("integration") if ws else None
+    res = integ.get("reservation") if isinstance(integ, dict) else None
+    return res if isinstance(res, dict) else None
+
+
+def _as_dt(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str):
+        return parse_datetime(value)
+    return None
+
+
+def has_live_reservation(action: Action, now: datetime) -> bool:
+    res = reservation_of(action)
+    if not res:
+        return False
+    exp = _as_dt(res.get("expires_at"))
+    return exp is not None and exp > now
+
+
+def refuse_if_reserved(actions: Iterable[Action], now: datetime) -> None:
+    for a in actions:
+        if has_live_reservation(a, now):
+            raise ReservationActive(extra={"action_id": a.pk})
+
+
+# --- fencing (DOMAIN §6) ---------------------------------------------------------------------
+
+@dataclass
+class Lease:
+    run: Run
+    action: Action
+    item: WorkItem
+
+
+def stale_reason(run: Run | None, action: Action | None, item: WorkItem | None, now: datetime, require_live: bool) -> str:
+    if run is None:
+        return "stale Run: it does not exist or has already finished"
+    if (item and item.status == WorkItemStatus.CANCELLED) or run.status == RunStatus.CANCELLED:
+        return "stale Run: the WorkItem was cancelled"
+    if run.status != RunStatus.RUNNING:
+        return f"stale Run: it has already finished ({run.status})"
+    if require_live and run.expires_at <= now:
+        return "stale Run: its lease expired"
+    return "stale Run: it no longer owns the Action lease (superseded, reset or already finished)"
+
+
+def load_lease(run_id: str, owner_boot_id: str, lease_epoch: int, now: datetime, *, require_live: bool):
+    """Lock the run's item and check the active-run predicate (DOMAIN §6.1).
+
+    Returns (lease | None, reason). Nothing is written here.
+    """
+    item_id = Run.objects.filter(pk=run_id).values_list("work_item_id", flat=True).first()
+    if item_id is None:
+        return None, stale_reason(None, None, None, now, require_live)
+    item = WorkItem.objects.select_for_update().get(pk=item_id)
+    run = Run.objects.select_for_update().filter(pk=run_id).first()
+    action = Action.objects.select_for_update().filter(pk=run.action_id).first() if run else None
+    ok = (
+        run is not None
+        and action is not None
+        and run.owner_boot_id == owner_boot_id
+        and run.lease_epoch == lease_epoch
+        and run.status == RunStatus.RUNNING
+        and action.status == ActionStatus.RUNNING
+        and action.current_run_id == run.pk
+        and action.lease_epoch == run.lease_epoch
+        and item.status in RUNNING_ITEM_OK
+        and (
+            item.execution_mode == "graph"
+            or (
+                item.status == WorkItemStatus.RUNNING
+                and item.current_action_id == action.pk
+                and item.current_run_id == run.pk
+            )
+        )
+        and (not require_live or run.expires_at > now)
+    )
+    if ok:
+        return Lease(run=run, action=action, item=item), ""
+    return None, stale_reason(run, action, item, now, require_live)
+
+
+def guarded_update(qs, **values) -> None:
+    """An update that must hit exactly one row; otherwise the transaction rolls back (DOMAIN §2.7)."""
+    if qs.update(**values) != 1:
+        raise FenceLost("stale Run: a guarded update lost its fence; nothing was changed")
+
+
+# --- graph rules (DOMAIN §5.3, §7.6, §7.8) ---------------------------------------------------
+
+def canonical_actions(actions: Iterable[Action]) -> dict[str, Action]:
+    """Canonical action per stage: highest sequence among non-superseded, non-cancelled [DEV-1]."""
+    out: dict[str, Action] = {}
+    for a in actions:
+        if a.status in (ActionStatus.SUPERSEDED, ActionStatus.CANCELLED):
+            continue
+        cur = out.get(a.effective_stage_id)
+        if cur is None or a.sequence > cur.sequence:
+            out[a.effective_stage_id] = a
+    return out
+
+
+def deps_satisfied(action: Action, canonical: dict[str, Action]) -> bool:
+    for stage in action.depends_on_stage_ids or []:
+        c = canonical.get(stage)
+        if c is None or c.status != ActionStatus.COMPLETED:
+            return False
+    return True
+
+
+def graph_status(actions: list[Action]) -> tuple[str, str | None]:
+    """Graph refresh (DOMAIN §7.6): the item status and current action id."""
+    open_ = [a for a in sorted(actions, key=lambda a: a.sequence) if a.status in ("ready", "running", "waiting", "failed")]
+    blocked = next((a for a in open_ if a.status in ("waiting", "failed")), None)
+    runnable = next((a for a in open_ if a.status in ("ready", "running")), None)
+    if blocked is not None:
+        status = WorkItemStatus.WAITING if blocked.status == ActionStatus.WAITING else WorkItemStatus.NEEDS_ATTENTION
+        return status, blocked.pk
+    if runnable is not None:
+        running = any(a.status == ActionStatus.RUNNING for a in open_)
+        return (WorkItemStatus.RUNNING if running else WorkItemStatus.READY), runnable.pk
+    return WorkItemStatus.DONE, None
+
+
+def sync_claimable(item: WorkItem, actions: list[Action] | None = None) -> None:
+    """Recompute the derived `claimable` flag of the item's actions (DOMAIN §5.1-§5.3)."""
+    if actions is None:
+        actions = list(Action.objects.filter(work_item_id=item.pk).only(
+            "id", "status", "current_run_id", "depends_on_stage_ids", "stage_id", "type", "sequence", "claimable"))
+    want: set[str] = set()
+    if item.execution_mode == "graph":
+        if item.status in (WorkItemStatus.READY, WorkItemStatus.RUNNING):
+            canon = canonical_actions(actions)
+            for a in actions:
+                if a.status == ActionStatus.READY and not a.current_run_id and deps_satisfied(a, canon):
+                    want.add(a.pk)
+    elif item.status == WorkItemStatus.READY and not item.current_run_id:
+        for a in actions:
+            if a.pk == item.current_action_id and a.status == ActionStatus.READY and not a.current_run_id:
+                want.add(a.pk)
+    have = {a.pk for a in actions if a.claimable}
+    on, off = want - have, have - want
+    if on:
+        Action.objects.filter(pk__in=on).update(claimable=True)
+    if off:
+        Action.objects.filter(pk__in=off).update(claimable=False)
+    for a in actions:
+        a.claimable = a.pk in want
+
+
+def save_item_state(item: WorkItem, now: datetime, *, status: str, current_action_id, current_run_id=None,
+                    guard=None, **extra) -> None:
+    """Write the item's status and pointers; with `guard` (a queryset) as a guarded update."""
+    item.status = status
+    item.current_action_id = current_action_id
+    item.current_run_id = current_run_id
+    item.updated_at = now
+    for k, v in extra.items():
+        setattr(item, k, v)
+    values = dict(status=status, current_action_id=current_action_id, current_run_id=current_run_id, updated_at=now, **extra)
+    if guard is not None:
+        guarded_update(guard, **values)
+    else:
+        WorkItem.objects.filter(pk=item.pk).update(**values)
+
+
+def graph_refresh(item: WorkItem, now: datetime, actions: list[Action] | None = None, guard=None) -> list[Action]:
+    if actions is None:
+        actions = item_actions(item)
+    status, current = graph_status(actions)
+    save_item_state(item, now, status=status, current_action_id=current, current_run_id=None, guard=guard)
+    return actions
+
+
+def retryable_on_interrupt(action: Action) -> bool:
+    return action.type != "deliver" and action.attempt < action.max_attempts
+
+
+@dataclass
+class ResetPlan:
+    target: Action
+    affected: list[Action]
+    running_runs: list[Run]
+    preserved_workspace: dict | None
+    superseded_run_ids: list[str] = field(default_factory=list)
+
+
+def plan_graph_reset(item: WorkItem, actions: list[Action], target_stage: str, replacement: dict | None, now: datetime) -> ResetPlan:
+    """Steps 1-4 of DOMAIN §7.8, without writing. The retry preview reads the same plan."""
+    live = [a for a in actions if a.status not in (ActionStatus.SUPERSEDED, ActionStatus.CANCELLED)]
+    target = canonical_actions(live).get(target_stage)
+    if target is None:
+        raise InvalidState(f"graph reset target is missing: {target_stage}")
+    affected_stages = {target_stage} | {a.effective_stage_id for a in live if a.status == ActionStatus.RUNNING}
+    changed = True
+    while changed:
+        changed = False
+        for a in live:
+            s = a.effective_stage_id
+            if s not in affected_stages and any(d in affected_stages for d in (a.depends_on_stage_ids or [])):
+                affected_stages.add(s)
+                changed = True
+    affected = [a for a in live if a.effective_stage_id in affected_stages]
+    refuse_if_reserved(affected, now)
+    preserved = None
+    ws = target.workspace if isinstance(target.workspace, dict) else None
+    integ = ws.get("integration") if ws else None
+    if (
+        target.workspace_mode == "integrate"
+        and isinstance(integ, dict)
+        and integ.get("status") in ("prepared", "finalized")
+        and (replacement is None or replacement.get("workspace_mode") == "integrate")
+    ):
+        preserved = ws
+    affected_ids = [a.pk for a in affected]
+    runs = list(Run.objects.filter(action_id__in=affected_ids, status=RunStatus.RUNNING).order_by("pk"))
+    return ResetPlan(target=target, affected=affected, running_runs=runs, preserved_workspace=preserved,
+                     superseded_run_ids=[r.pk for r in runs])
+
+
+def apply_graph_reset(plan: ResetPlan, replacement: dict | None, reason: str, now: datetime) -> Action:
+    """Steps 5-8 of DOMAIN §7.8."""
+    if plan.running_runs:
+        Run.objects.filter(pk__in=[r.pk for r in plan.running_runs], status=RunStatus.RUNNING).update(
+            status=RunStatus.SUPERSEDED, ended_at=now, error=reason)
+    for a in plan.affected:
+        bump = a.status == ActionStatus.RUNNING and bool(a.current_run_id)
+        a.status = ActionStatus.READY
+        a.attempt = 0
+        a.current_run_id = None
+        a.workspace = plan.preserved_workspace if a.pk == plan.target.pk else None
+        if bump:
+            a.lease_epoch += 1
+        a.updated_at = now
+        fields = ["status", "attempt", "current_run_id", "workspace", "lease_epoch", "updated_at"]
+        if a.pk == plan.target.pk and replacement is not None:
+            a.type = replacement.get("type") or a.type
+            a.required_role = replacement.get("required_role", "") or ""
+            a.assignment_policy = replacement.get("assignment_policy")
+            a.model_policy = replacement.get("model_policy")
+            a.depends_on_stage_ids = list(replacement.get("depends_on_stage_ids") or [])
+            a.workspace_mode = replacement.get("workspace_mode") or "shared"
+            a.changes_requested_stage_id = replacement.get("changes_requested_stage_id")
+            a.instruction = replacement.get("instruction", "")
+            a.brief = replacement.get("brief")
+            a.context = list(replacement.get("context") or [])
+            a.max_attempts = replacement.get("max_attempts") or 2
+            fields += ["type", "required_role", "assignment_policy", "model_policy", "depends_on_stage_ids",
+                       "workspace_mode", "changes_requested_stage_id", "instruction", "brief", "context", "max_attempts"]
+        a.save(update_fields=fields)
+    return plan.target
+
+
+# --- actions from stages (DOMAIN §4.5, §12.9) ------------------------------------------------
+
+def next_sequence(item: WorkItem) -> int:
+    last = Action.objects.filter(work_item_id=item.pk).order_by("-sequence").values_list("sequence", flat=True).first()
+    return (last or 0) + 1
+
+
+def render_for(item: WorkItem, *, action_type: str, brief: dict | None, context: list, policy_text: str) -> str:
+    return normalize.render_instruction(
+        title=item.title,
+        goal=item.goal,
+        criteria=list(item.acceptance_criteria or []),
+        session_context=list(item.session_context or []),
+        context=context,
+        policy_text=policy_text,
+        action_type=action_type,
+        brief=brief,
+    )
+
+
+def stage_fields(item: WorkItem, stage: dict, context: list, *, policy_text: str | None = None) -> dict:
+    """The action fields a stage materialises into (DOMAIN §4.5)."""
+    atype = stage.get("type") or "custom"
+    brief = normalize.normalize_brief(
+        {k: stage.get(k) for k in ("objective", "approach", "expected_outcome") if stage.get(k)},
+        workflows.default_brief(atype),
+    )
+    policy = policy_text if policy_text is not None else (stage.get("instruction") or workflows.default_policy_text(atype))
+    return {
+        "type": atype,
+        "stage_id": stage.get("id") or atype,
+        "assignment_policy": stage.get("assignment_policy"),
+        "model_policy": stage.get("model_policy"),
+        "depends_on_stage_ids": list(stage.get("depends_on_stage_ids") or []),
+        "workspace_mode": stage.get("workspace_mode") or "shared",
+        "changes_requested_stage_id": stage.get("changes_requested_stage_id") if atype == "review" else None,
+        "max_attempts": stage.get("max_attempts") or 2,
+        "required_role": workflows.required_role_for(stage),
+        "brief": brief,
+        "context": list(context),
+        "instruction": render_for(item, action_type=atype, brief=brief, context=context, policy_text=policy),
+    }
+
+
+def rebuilt_fields(item: WorkItem, previous: Action, context: list) -> dict:
+    """Replacement for retry/guidance: the previous action's definition with the type's default policy text."""
+    brief = previous.brief
+    return {
+        "type": previous.type,
+        "stage_id": previous.effective_stage_id,
+        "assignment_policy": previous.assignment_policy,
+        "model_policy": previous.model_policy,
+        "depends_on_stage_ids": list(previous.depends_on_stage_ids or []),
+        "workspace_mode": previous.workspace_mode or "shared",
+        "changes_requested_stage_id": previous.changes_requested_stage_id,
+        "max_attempts": previous.max_attempts or 2,
+        "required_role": previous.required_role or "",
+        "brief": brief,
+        "context": list(context),
+        "instruction": render_for(item, action_type=previous.type, brief=brief, context=context,
+                                  policy_text=workflows.default_policy_text(previous.type)),
+    }
+
+
+def insert_action(item: WorkItem, fields: dict, now: datetime, *, sequence: int | None = None) -> Action:
+    return Action.objects.create(
+        id=new_id(),
+        work_item=item,
+        sequence=sequence if sequence is not None else next_sequence(item),
+        contract_revision=item.revision,
+        status=ActionStatus.READY,
+        created_at=now,
+        updated_at=now,
+        **fields,
+    )
+
+
+def initial_stage(item: WorkItem) -> dict:
+    stages = workflows.effective_stages(item.workflow_snapshot)
+    return stages[0]
+
+
+def run_context_entry(run: Run | None, action: Action, **extra) -> dict:
+    vp = (run.vp_snapshot or {}).get("id") if run and isinstance(run.vp_snapshot, dict) else None
+    role = (run.role_snapshot or {}).get("id") if run and isinstance(run.role_snapshot, dict) else None
+    entry = {
+        "type": action.type,
+        "stage_id": action.effective_stage_id,
+        "vp_id": vp or action.required_role or None,
+        "role": role or action.required_role or None,
+        "summary": run.summary if run else "",
+        "evidence": normalize.normalize_evidence(run.evidence if run else []),
+    }
+    entry.update(extra)
+    return entry
+
+
+def reusable_context(work_dir: str, exclude_item_id: str | None) -> list[dict]:
+    """DOMAIN §12.6: newest 12 completed runs with a summary in done items of the same workspace."""
+    key = canonicalize_dir(work_dir)
+    if not key:
+        return []
+    runs = (
+        Run.objects.filter(
+            status=RunStatus.COMPLETED,
+            work_item__workspace_key=key,
+            work_item__reuse_memory=True,
+            work_item__status=WorkItemStatus.DONE,
+        )
+        .exclude(summary="")
+        .exclude(work_item_id=exclude_item_id or "")
+        .select_related("action", "work_item")
+        .order_by("-ended_at", "-started_at")[:50]
+    )
+    picked = [r for r in runs if (r.summary or "").strip()][:12]
+    return [
+        {
+            "type": r.action.type,
+            "role": r.action.required_role,
+            "summary": r.summary,
+            "evidence": normalize.normalize_evidence(r.evidence),
+            "review_decision": r.review_decision,
+            "source_title": r.work_item.title,
+        }
+        for r in reversed(picked)
+    ]
+
+
+def supersede_runs(item: WorkItem, action_ids: list[str], status: str, reason: str, now: datetime) -> list[str]:
+    """End every running run of the given actions (DOMAIN [DEV-2])."""
+    ids = list(Run.objects.filter(work_item_id=item.pk, action_id__in=action_ids, status=RunStatus.RUNNING)
+               .order_by("pk").values_list("pk", flat=True))
+    if ids:
+        Run.objects.filter(pk__in=ids, status=RunStatus.RUNNING).update(status=status, ended_at=now, error=reason)
+    return ids
+
+
+def apply_progress_fields(values: dict) -> dict:
+    """The progress fields a report overwrites: response (capped), counters, checkpoint."""
+    out = {"response": normalize.cap_response(values.get("response", ""))}
+    out.update(normalize.normalize_counters(values))
+    out["checkpoint"] = normalize.normalize_checkpoint(values.get("checkpoint"))
+    return out
+
+
+def counters_zero() -> dict:
+    return {f: 0 for f in COUNTER_FIELDS}
+
+
+def lease_expiry(now: datetime, lease_ms: int) -> datetime:
+    return now + timedelta(milliseconds=int(lease_ms))

@@ -1,0 +1,81 @@
+"""Recovery of runs left running by a dead or expired worker (DOMAIN §9.2)."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db.models import Q
+
+from ..errors import InvalidInput
+from ..events import event_append
+from ..models import Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus
+from . import common
+from .common import resolve_now, store_transaction
+
+RECOVERY_ERROR = "Agent process or lease ended before the Run submitted a terminal outcome"
+STALE_ERROR = "Run no longer owns the current WorkItem Action"
+
+
+def runs_recover(*, current_boot_id: str, actor: str | None = None, now: datetime | None = None) -> int:
+    """Interrupt (current) or supersede/cancel (stale) every running run that is not owned by
+    `current_boot_id` or whose lease expired. Runs whose action holds a live integration
+    reservation are skipped. Returns how many runs were recovered. Items are locked in pk order."""
+    if not isinstance(current_boot_id, str) or not current_boot_id:
+        raise InvalidInput("current_boot_id is required", fields=["owner_boot_id"])
+    actor = actor or f"recovery:{current_boot_id}"
+    with store_transaction():
+        now = resolve_now(now)
+        cond = Q(status=RunStatus.RUNNING) & (~Q(owner_boot_id=current_boot_id) | Q(expires_at__lte=now))
+        item_ids = sorted(set(Run.objects.filter(cond).values_list("work_item_id", flat=True)))
+        count = 0
+        for item_id in item_ids:
+            item = WorkItem.objects.select_for_update().filter(pk=item_id).first()
+            if item is None:
+                continue
+            runs = list(Run.objects.select_for_update().filter(cond, work_item_id=item_id).order_by("pk"))
+            for run in runs:
+                if _recover_one(item, run, now, actor):
+                    count += 1
+        return count
+
+
+def _recover_one(item: WorkItem, run: Run, now: datetime, actor: str) -> bool:
+    action = Action.objects.select_for_update().get(pk=run.action_id)
+    if common.has_live_reservation(action, now):
+        return False
+    graph = item.execution_mode == "graph"
+    owns_action = (
+        action.status == ActionStatus.RUNNING and action.current_run_id == run.pk and action.lease_epoch == run.lease_epoch
+    )
+    current = owns_action and item.status == WorkItemStatus.RUNNING and (
+        graph or (item.current_action_id == action.pk and item.current_run_id == run.pk)
+    )
+    retryable = common.retryable_on_interrupt(action)
+    a_status = ActionStatus.READY if retryable else ActionStatus.FAILED
+    if not current:
+        status = RunStatus.CANCELLED if item.status == WorkItemStatus.CANCELLED else RunStatus.SUPERSEDED
+        common.guarded_update(Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING),
+                              status=status, ended_at=now, error=STALE_ERROR)
+        if owns_action:
+            common.guarded_update(
+                Action.objects.filter(pk=action.pk, status=ActionStatus.RUNNING, current_run_id=run.pk),
+                status=a_status, current_run_id=None, updated_at=now, claimable=False)
+        if graph and item.status not in (WorkItemStatus.DONE, WorkItemStatus.CANCELLED):  # [DEV-3]
+            common.graph_refresh(item, now)
+        common.sync_claimable(item)
+        event_append(work_item_id=item.pk, type="run.stale_recovered", data={"status": status},
+                     action_id=action.pk, run_id=run.pk, actor=actor, now=now)
+        return True
+    common.guarded_update(Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING),
+                          status=RunStatus.INTERRUPTED, ended_at=now, error=RECOVERY_ERROR)
+    common.guarded_update(
+        Action.objects.filter(pk=action.pk, status=ActionStatus.RUNNING, current_run_id=run.pk),
+        status=a_status, current_run_id=None, updated_at=now, claimable=False)
+    if graph:
+        common.graph_refresh(item, now)
+    else:
+        common.save_item_state(item, now, status=WorkItemStatus.READY if retryable else WorkItemStatus.NEEDS_ATTENTION,
+                               current_action_id=action.pk, current_run_id=None)
+    common.sync_claimable(item)
+    event_append(work_item_id=item.pk, type="run.interrupted", data={"retryable": retryable},
+                 action_id=action.pk, run_id=run.pk, actor=actor, now=now)
+    return True

@@ -1,0 +1,377 @@
+"""User operations on work items (DOMAIN §8): create, start, update, cancel, guidance, retry."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError
+
+from ..errors import InvalidInput, InvalidState, RevisionConflict
+from ..events import event_append
+from ..models import OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
+from . import common, normalize, workflows
+from .common import resolve_now, store_transaction
+
+MISSING: Any = object()
+MAX_TEXT = 8000
+
+
+def _clean_text(value: Any, field: str, message: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(message, fields=[field])
+    return value.strip()
+
+
+def _clean_criteria(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidInput("acceptance_criteria must be a list of strings", fields=["acceptance_criteria"])
+    return [str(c).strip() for c in value if c is not None and str(c).strip()]
+
+
+def _resolve_work_dir(work_dir: Any) -> str:
+    """DOMAIN §8.1: a present work_dir must name an existing directory; absent ⇒ the default."""
+    if work_dir is MISSING:
+        default = getattr(settings, "WORKCENTER_DEFAULT_WORK_DIR", "") or ""
+        return common.canonicalize_dir(default) if default else ""
+    if not isinstance(work_dir, str) or not work_dir.strip():
+        raise InvalidInput("workDir must be a non-blank path to an existing directory", fields=["work_dir"])
+    real = common.canonicalize_dir(work_dir)
+    if not real:
+        raise InvalidInput(f"workDir does not name an existing directory: {work_dir}", fields=["work_dir"])
+    return real
+
+
+def _clean_origin(origin: Any, trusted: bool) -> dict | None:
+    if not isinstance(origin, dict):
+        return None
+    out = {}
+    for key in ("session_id", "message_id", "created_by"):
+        v = origin.get(key)
+        out[key] = str(v) if v is not None else None
+    out["trusted_session"] = bool(trusted)
+    return out
+
+
+def _clean_session_ids(value: Any) -> list[str]:
+    if not isinstance(value, list):
+        return []
+    seen: list[str] = []
+    for v in value:
+        s = str(v).strip() if v is not None else ""
+        if s and s not in seen:
+            seen.append(s)
+    return seen
+
+
+def work_item_create(
+    *,
+    title: Any,
+    goal: Any,
+    acceptance_criteria: Any = None,
+    work_dir: Any = MISSING,
+    start: bool | None = None,
+    work_item_type: str | None = None,
+    reuse_memory: bool | None = True,
+    origin: Any = None,
+    linked_session_ids: Any = None,
+    session_context: Any = None,
+    workflow: dict | None = None,
+    trusted: bool = False,
+    id: str | None = None,
+    actor: str = "system",
+    now: datetime | None = None,
+) -> WorkItem:
+    """Create an item (`draft`, or `ready` with its first action when started). Validation first:
+    a refused create writes nothing (DOMAIN §8.1)."""
+    title = _clean_text(title, "title", "title is required")
+    goal = _clean_text(goal, "goal", "goal is required")
+    criteria = _clean_criteria(acceptance_criteria)
+    real_dir = _resolve_work_dir(work_dir)
+    if id is not None and (not isinstance(id, str) or not id.strip() or len(id) > 200):
+        raise InvalidInput("id must be a non-blank string of at most 200 characters", fields=["id"])
+    if trusted and workflow is not None:
+        snapshot = workflows.normalize_workflow(workflow)
+        template = snapshot.get("id") or "custom"
+    else:
+        snapshot = workflows.planning_snapshot(workflows.default_workflows(), work_item_type)
+        template = "ai-planned"
+    start = True if start is None else bool(start)
+    with store_transaction():
+        now = resolve_now(now)
+        if id is not None and WorkItem.objects.filter(pk=id).exists():
+            raise InvalidState(f"WorkItem already exists: {id}", extra={"id": id})
+        item = WorkItem(
+            id=id or new_id(),
+            title=title,
+            goal=goal,
+            acceptance_criteria=criteria,
+            workflow_template=template,
+            workflow_snapshot=snapshot,
+            status=WorkItemStatus.DRAFT,
+            work_dir=real_dir,
+            workspace_key=real_dir,
+            reuse_memory=reuse_memory is not False,
+            origin=_clean_origin(origin, trusted),
+            linked_session_ids=_clean_session_ids(linked_session_ids),
+            session_context=normalize.normalize_session_context(session_context) if trusted and session_context else [],
+            created_at=now,
+            updated_at=now,
+        )
+        try:
+            item.save(force_insert=True)
+        except IntegrityError:
+            raise InvalidState(f"WorkItem already exists: {item.pk}", extra={"id": item.pk}) from None
+        action = None
+        if start:
+            action = _insert_initial(item, now)
+            common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk)
+            common.sync_claimable(item)
+        event_append(work_item_id=item.pk, type="work_item.created", data={"status": item.status},
+                     action_id=action.pk if action else None, actor=actor, now=now)
+        return item
+
+
+def _insert_initial(item: WorkItem, now: datetime, *, context: list | None = None) -> Action:
+    if context is None:
+        context = common.reusable_context(item.work_dir, item.pk) if item.reuse_memory else []
+    fields = common.stage_fields(item, common.initial_stage(item), context)
+    return common.insert_action(item, fields, now)
+
+
+def work_item_start(*, item_id: str, actor: str = "system", now: datetime | None = None) -> WorkItem:
+    """draft → ready with the initial action (DOMAIN §8.2); idempotent while the current action is ready."""
+    with store_transaction():
+        now = resolve_now(now)
+        item = common.lock_item(item_id)
+        if item.status in (WorkItemStatus.DONE, WorkItemStatus.CANCELLED):
+            raise InvalidState(f"Cannot start WorkItem in {item.status}")
+        if item.current_action_id and Action.objects.filter(pk=item.current_action_id, status=ActionStatus.READY).exists():
+            return item
+        if item.status != WorkItemStatus.DRAFT:
+            raise InvalidState(f"WorkItem in {item.status} must be resumed with retry")
+        action = _insert_initial(item, now)
+        common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk)
+        common.sync_claimable(item)
+        event_append(work_item_id=item.pk, type="work_item.started", data={}, action_id=action.pk, actor=actor, now=now)
+        return item
+
+
+def _invalidate(item: WorkItem, now: datetime, *, action_status: str, run_status: str, reason: str,
+                include_failed: bool = False) -> list[str]:
+    """Open actions ⇒ action_status; every running run of the item ⇒ run_status [DEV-2]."""
+    statuses = list(OPEN_ACTION_STATUSES) + ([ActionStatus.FAILED] if include_failed else [])
+    ids = list(Action.objects.filter(work_item_id=item.pk, status__in=statuses).order_by("pk").values_list("pk", flat=True))
+    Run.objects.filter(work_item_id=item.pk, status=RunStatus.RUNNING).update(status=run_status, ended_at=now, error=reason)
+    if ids:
+        Action.objects.filter(pk__in=ids).update(status=action_status, current_run_id=None, updated_at=now, claimable=False)
+    return ids
+
+
+def _open_actions(item: WorkItem) -> list[Action]:
+    return list(Action.objects.filter(work_item_id=item.pk, status__in=OPEN_ACTION_STATUSES).order_by("pk"))
+
+
+def work_item_update(
+    *,
+    item_id: str,
+    patch: dict,
+    expected_revision: int | None = None,
+    actor: str = "system",
+    now: datetime | None = None,
+) -> WorkItem:
+    """Patch title/goal/criteria/work_dir (DOMAIN §8.3). A contract change supersedes every open
+    action and running run, bumps the revision and restarts from triage (`workflow.retriaged`)."""
+    allowed = ("title", "goal", "acceptance_criteria", "work_dir")
+    patch = {k: v for k, v in (patch or {}).items() if k in allowed}
+    if "title" in patch and patch["title"] is not None:
+        patch["title"] = _clean_text(patch["title"], "title", "title must be a non-blank string")
+    if "goal" in patch and patch["goal"] is not None:
+        patch["goal"] = _clean_text(patch["goal"], "goal", "goal must be a non-blank string")
+    if "acceptance_criteria" in patch and patch["acceptance_criteria"] is not None:
+        patch["acceptance_criteria"] = _clean_criteria(patch["acceptance_criteria"])
+    if "work_dir" in patch and patch["work_dir"] is not None:
+        patch["work_dir"] = _resolve_work_dir(patch["work_dir"])
+    with store_transaction():
+        now = resolve_now(now)
+        item = common.lock_item(item_id)
+        if item.status in (WorkItemStatus.DONE, WorkItemStatus.CANCELLED):
+            raise InvalidState(f"Cannot update WorkItem in {item.status}")
+        if expected_revision is not None and expected_revision != item.revision:
+            raise RevisionConflict(
+                f"WorkItem revision changed: expected {expected_revision}, current {item.revision}",
+                extra={"revision": item.revision},
+            )
+        changed_fields = list(patch.keys())
+        new = {k: v for k, v in patch.items() if v is not None}
+        contract_changed = (
+            ("goal" in new and new["goal"] != item.goal)
+            or ("work_dir" in new and new["work_dir"] != item.work_dir)
+            or ("acceptance_criteria" in new and list(new["acceptance_criteria"]) != list(item.acceptance_criteria or []))
+        )
+        for k, v in new.items():
+            setattr(item, k, v)
+        item.workspace_key = common.canonicalize_dir(item.work_dir)
+        if not contract_changed:
+            item.updated_at = now
+            item.save(update_fields=[*new.keys(), "workspace_key", "updated_at"])
+            event_append(work_item_id=item.pk, type="work_item.updated",
+                         data={"revision": item.revision, "changed_fields": changed_fields}, actor=actor, now=now)
+            return item
+        common.refuse_if_reserved(_open_actions(item), now)
+        _invalidate(item, now, action_status=ActionStatus.SUPERSEDED, run_status=RunStatus.SUPERSEDED,
+                    reason=common.REASON_CONTRACT, include_failed=item.execution_mode == "graph")
+        item.revision += 1
+        item.save(update_fields=[*new.keys(), "workspace_key", "revision"])
+        action = _insert_initial(item, now, context=[])
+        common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk)
+        common.sync_claimable(item)
+        event_append(work_item_id=item.pk, type="workflow.retriaged",
+                     data={"revision": item.revision, "changed_fields": changed_fields},
+                     action_id=action.pk, actor=actor, now=now)
+        return item
+
+
+def work_item_cancel(*, item_id: str, actor: str = "system", now: datetime | None = None) -> WorkItem:
+    """Any non-terminal status → cancelled; open actions and running runs cancelled (DOMAIN §8.4)."""
+    with store_transaction():
+        now = resolve_now(now)
+        item = common.lock_item(item_id)
+        if item.status == WorkItemStatus.DONE:
+            raise InvalidState("Completed WorkItem cannot be cancelled")
+        if item.status == WorkItemStatus.CANCELLED:
+            return item
+        common.refuse_if_reserved(_open_actions(item), now)
+        _invalidate(item, now, action_status=ActionStatus.CANCELLED, run_status=RunStatus.CANCELLED,
+                    reason=common.REASON_CANCELLED)
+        common.save_item_state(item, now, status=WorkItemStatus.CANCELLED, current_action_id=None)
+        common.sync_claimable(item)
+        event_append(work_item_id=item.pk, type="work_item.cancelled", data={}, actor=actor, now=now)
+        return item
+
+
+def work_item_guide(
+    *,
+    item_id: str,
+    guidance: Any,
+    action_id: Any,
+    revision: Any,
+    attachments: list | None = None,
+    actor: str = "system",
+    now: datetime | None = None,
+) -> WorkItem:
+    """Restart the current action with the user's guidance (DOMAIN §8.5): linear supersedes it and
+    inserts a copy; graph resets it in place [DEV-5]."""
+    text = guidance.strip()[:MAX_TEXT] if isinstance(guidance, str) else ""
+    new_attachments = list(attachments or [])
+    if not text and not new_attachments:
+        raise InvalidInput("guidance or attachments are required", fields=["guidance"])
+    if not text:
+        text = f"The user added {len(new_attachments)} attachment(s) as additional context for this Action."
+    if not isinstance(action_id, str) or not action_id or isinstance(revision, bool) or not isinstance(revision, int):
+        raise InvalidInput("actionId and revision are required for guidance", fields=["action_id", "revision"])
+    with store_transaction():
+        now = resolve_now(now)
+        item = common.lock_item(item_id)
+        if item.current_action_id != action_id or item.revision != revision:
+            raise RevisionConflict("Action changed before guidance was applied; refresh and try again",
+                                   extra={"current_action_id": item.current_action_id, "revision": item.revision})
+        if item.status not in (WorkItemStatus.READY, WorkItemStatus.RUNNING):
+            raise InvalidState(f"WorkItem in {item.status} cannot accept Action guidance")
+        previous = Action.objects.select_for_update().get(pk=item.current_action_id)
+        if previous.status not in (ActionStatus.READY, ActionStatus.RUNNING):
+            raise InvalidState("WorkItem has no active Action for guidance")
+        common.refuse_if_reserved(_open_actions(item), now)
+        entry = {"type": "guidance", "role": "user", "summary": text, "evidence": []}
+        context = list(previous.context or []) + [entry]
+        replacement = common.rebuilt_fields(item, previous, context)
+        if item.execution_mode == "graph":
+            actions = common.item_actions(item, lock=True)
+            plan = common.plan_graph_reset(item, actions, previous.effective_stage_id, replacement, now)
+            target = common.apply_graph_reset(plan, replacement, common.REASON_GUIDANCE, now)
+        else:
+            _invalidate(item, now, action_status=ActionStatus.SUPERSEDED, run_status=RunStatus.SUPERSEDED,
+                        reason=common.REASON_GUIDANCE)
+            target = common.insert_action(item, replacement, now)
+        extra = {"attachments": new_attachments} if attachments is not None else {}
+        common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=target.pk, **extra)
+        common.sync_claimable(item)
+        event_append(work_item_id=item.pk, type="action.guidance_added", data={"guidance": text},
+                     action_id=target.pk, actor=actor, now=now)
+        return item
+
+
+def _retry_plan(item: WorkItem, answer: Any, now: datetime):
+    """Shared by retry and its preview: checks, replacement and (graph) the reset plan."""
+    if item.status not in (WorkItemStatus.WAITING, WorkItemStatus.NEEDS_ATTENTION):
+        raise InvalidState(f"WorkItem in {item.status} does not need retry")
+    answer_text = answer.strip()[:MAX_TEXT] if isinstance(answer, str) else ""
+    if item.status == WorkItemStatus.WAITING and not answer_text:
+        raise InvalidInput("answer is required to resume a waiting WorkItem", fields=["answer"])
+    previous = Action.objects.filter(pk=item.current_action_id).first() if item.current_action_id else None
+    graph = item.execution_mode == "graph"
+    if previous is None:
+        if graph:
+            raise InvalidState("graph retry target is missing")
+        return previous, None, common.stage_fields(item, common.initial_stage(item), []), None
+    previous_run = (
+        Run.objects.filter(action_id=previous.pk).exclude(status=RunStatus.RUNNING)
+        .order_by("-ended_at", "-started_at").first()
+    )
+    context = list(previous.context or [])
+    if previous_run is not None:
+        context.append(common.run_context_entry(
+            previous_run, previous, waiting_reason=previous_run.waiting_reason, answer=answer_text or None))
+    replacement = common.rebuilt_fields(item, previous, context)
+    plan = None
+    if graph:
+        actions = common.item_actions(item, lock=True)
+        plan = common.plan_graph_reset(item, actions, previous.effective_stage_id, replacement, now)
+    return previous, previous_run, replacement, plan
+
+
+def work_item_retry(*, item_id: str, answer: Any = None, actor: str = "system", now: datetime | None = None) -> WorkItem:
+    """waiting/needs_attention → ready (DOMAIN §8.6): linear inserts a replacement action; graph
+    resets the blocked stage in place with every dependant and running sibling."""
+    with store_transaction():
+        now = resolve_now(now)
+        item = common.lock_item(item_id)
+        previous, _run, replacement, plan = _retry_plan(item, answer, now)
+        if plan is not None:
+            target = common.apply_graph_reset(plan, replacement, common.RESET_REASON_RETRY, now)
+            data = {"target_stage_id": target.effective_stage_id}
+        else:
+            target = common.insert_action(item, replacement, now)
+            data = {}
+        common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=target.pk)
+        common.sync_claimable(item)
+        event_append(work_item_id=item.pk, type="work_item.retried", data=data, action_id=target.pk, actor=actor, now=now)
+        return item
+
+
+def work_item_retry_preview(*, item_id: str, now: datetime | None = None) -> dict:
+    """What a retry would do, computed by the retry's own planning code without writing."""
+    with store_transaction():
+        now = resolve_now(now)
+        item = common.lock_item(item_id)
+        # The preview must not be refused for a missing answer: it runs the plan as if one were given.
+        previous, _run, _replacement, plan = _retry_plan(item, "preview", now)
+        if plan is None:
+            return {
+                "target_action_id": item.current_action_id,
+                "target_stage_id": previous.effective_stage_id if previous else _replacement["stage_id"],
+                "mode": "linear",
+                "reset_action_ids": [],
+                "superseded_run_ids": [],
+                "new_action": True,
+            }
+        return {
+            "target_action_id": plan.target.pk,
+            "target_stage_id": plan.target.effective_stage_id,
+            "mode": "graph",
+            "reset_action_ids": [a.pk for a in sorted(plan.affected, key=lambda a: a.sequence)],
+            "superseded_run_ids": plan.superseded_run_ids,
+            "new_action": False,
+        }
