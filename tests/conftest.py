@@ -130,3 +130,30 @@ class Store:
 @pytest.fixture
 def store(clock, db):
     return Store(clock)
+
+
+def make_graph(store: Store, stages, *, work_dir: str = "", status: str = "ready", id=None, title="Graph item"):
+    """A graph item built directly with a stage-less `{execution_mode: graph}` snapshot (DOMAIN §4.2).
+
+    `stages` is a list of dicts: {id, deps=[], mode="shared", type="research", max_attempts=2,
+    return_to=None, status="ready"}.
+    """
+    from workcenter.models import new_id
+    from workcenter.services import common
+
+    now = store.now()
+    item = WorkItem.objects.create(
+        id=id or new_id(), title=title, goal="Graph goal", acceptance_criteria=[],
+        workflow_template="test-graph", workflow_snapshot={"execution_mode": "graph"},
+        status=status, work_dir=work_dir, workspace_key=common.canonicalize_dir(work_dir),
+        created_at=now, updated_at=now,
+    )
+    for seq, st in enumerate(stages, start=1):
+        Action.objects.create(
+            id=new_id(), work_item=item, sequence=seq, type=st.get("type", "research"), stage_id=st["id"],
+            depends_on_stage_ids=list(st.get("deps", [])), workspace_mode=st.get("mode", "shared"),
+            changes_requested_stage_id=st.get("return_to"), max_attempts=st.get("max_attempts", 2),
+            status=st.get("status", "ready"), instruction=f"do {st['id']}", created_at=store.now(), updated_at=store.now(),
+        )
+    common.sync_claimable(item)
+    return WorkItem.objects.get(pk=item.pk)

@@ -189,11 +189,11 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
             common.graph_refresh(item, now, guard=item_guard)
         else:
             _linear_followups(item, action, run, sub, outcome, now, item_guard)
-            if event_type == "action.completed":
+            if outcome == "completed" and item.status == WorkItemStatus.DONE:
+                event_type, data = "work_item.completed", {"summary": sub["summary"]}
+            elif outcome == "completed":
                 nxt = Action.objects.filter(pk=item.current_action_id).values_list("type", flat=True).first()
                 data = {"next_action_type": nxt, "review_decision": sub["review_decision"]}
-            elif outcome == "completed":
-                event_type, data = "work_item.completed", {"summary": sub["summary"]}
         common.sync_claimable(item)
         fault_point("before_event")
         event_append(work_item_id=item.pk, type=event_type, data=data, action_id=action.pk, run_id=run.pk,
