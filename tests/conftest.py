@@ -33,6 +33,7 @@ def clock():
 
 
 _ids = itertools.count(1)
+_UNSET = object()
 
 
 def checks_for(criteria, status="passed"):
@@ -56,12 +57,12 @@ class Store:
     def now(self):
         return self.clock.tick(1)
 
-    def create(self, *, workflow=None, criteria=(), start=True, work_dir=None, id=None, **kw):
+    def create(self, *, workflow=None, criteria=(), start=True, work_dir=_UNSET, id=None, **kw):
         args = dict(title=kw.pop("title", "Item"), goal=kw.pop("goal", "Do the thing"),
                     acceptance_criteria=list(criteria), start=start, now=self.now(), **kw)
         if workflow is not None:
             args.update(workflow=workflow, trusted=True)
-        if work_dir is not None:
+        if work_dir is not _UNSET:
             args["work_dir"] = work_dir
         if id is not None:
             args["id"] = id
@@ -83,7 +84,7 @@ class Store:
         crit = item.acceptance_criteria if criteria is None else criteria
         return self.submit(claim, completed(crit, **extra))
 
-    def planned(self, actions, *, criteria=(), work_item_type="analysis", work_dir=None, **kw):
+    def planned(self, actions, *, criteria=(), work_item_type="analysis", work_dir=_UNSET, **kw):
         """A graph item built the real way: planning triage submits a plan."""
         item = self.create(criteria=criteria, work_dir=work_dir, work_item_type=work_item_type, **kw)
         claim = self.claim_item(item.pk)
