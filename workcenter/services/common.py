@@ -109,6 +109,10 @@ def _as_dt(value: Any) -> datetime | None:
         return value
     if isinstance(value, str):
         return parse_datetime(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        # reservations imported from reference databases keep integer milliseconds
+        from datetime import timezone as _tz
+        return datetime.fromtimestamp(value / 1000, tz=_tz.utc)
     return None
 
 
