@@ -839,7 +839,10 @@ def apply_triage_plan(snapshot: dict[str, Any], plan: Any) -> dict[str, Any]:
             raise PlanError(
                 f'AI-planned triage template "{template.get("id")}" has no non-triage stage'
             )
-        source.update(work_item_type=work_item_type, action_templates=[], stages=[triage, *reused])
+        # A template is a static workflow, so the item continues linear whatever mode the
+        # snapshot had before (a re-triaged graph item that picks a template, DEV-6).
+        source.update(execution_mode="linear", work_item_type=work_item_type, action_templates=[],
+                      stages=[triage, *reused])
         return source
 
     # Rule 5: the generated entries.

@@ -431,3 +431,18 @@ def test_graph_last_completion_is_done_with_action_completed_event(store):
     assert item.status == "done" and item.current_action_id is None
     ev = Event.objects.filter(work_item=item).last()
     assert ev.type == "action.completed" and ev.data == {"next_action_count": 0, "review_decision": None}
+
+
+def test_finalize_guard_follows_mode_at_claim_time(store):
+    # DEV-6: a triage claimed under a graph snapshot that picks a linear template still finalizes
+    item = store.create()
+    snap = dict(store.item(item.pk).workflow_snapshot, execution_mode="graph")
+    WorkItem.objects.filter(pk=item.pk).update(workflow_snapshot=snap)
+    c = store.claim()
+    assert store.item(item.pk).current_run_id is None  # graph-mode claim
+    store.submit(c, completed([], plan={"work_item_type": "software-change"}))
+    item = store.item(item.pk)
+    assert item.execution_mode == "linear" and item.status == "ready"
+    nxt = store.claim()
+    assert nxt.action.type == "implement"
+    assert store.item(item.pk).current_run_id == nxt.run.pk
