@@ -1,10 +1,10 @@
 """Reads (DOMAIN §12.10): lists, details, events, execution statistics."""
 from __future__ import annotations
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Max, Q, Sum
 
-from .models import COUNTER_FIELDS, Action, Event, Run, WorkItem
 from .errors import NotFound
+from .models import COUNTER_FIELDS, Action, ActionStatus, Event, Run, RunStatus, WorkItem, WorkItemStatus
 
 
 def clamp_limit(limit, default: int = 100, maximum: int = 500) -> int:
@@ -63,9 +63,15 @@ def work_item_list(*, status: str | None = None, session_id: str | None = None, 
     ids = [i.pk for i in page]
     stats = stats_by_item(ids)
     counts = action_counts_by_item(ids)
+    current = {
+        a["id"]: {"id": a["id"], "type": a["type"], "stage_id": a["stage_id"] or a["type"], "status": a["status"]}
+        for a in Action.objects.filter(pk__in=[i.current_action_id for i in page if i.current_action_id])
+        .values("id", "type", "stage_id", "status")
+    }
     for i in page:
         i.execution_stats = stats[i.pk]
         i.action_counts = counts[i.pk]
+        i.current_action = current.get(i.current_action_id)
     return page, total
 
 
@@ -119,3 +125,206 @@ def action_resume_context(action_id: str, exclude_run_id: str | None = None) -> 
         return None
     return {"status": newest.status, "error": newest.error, "response": response,
             "checkpoint": normalize_checkpoint({"tool_events": tool_events})}
+
+
+def work_item_events(*, item_id: str, after_id: int = 0, limit=None) -> list[Event]:
+    """The catch-up stream of one item (oldest first, id > after_id); unknown item ⇒ NotFound."""
+    work_item_get(item_id)
+    return events_after(after_id=after_id, item_id=item_id, limit=limit)
+
+
+def item_last_event_id(item_id: str) -> int:
+    return Event.objects.filter(work_item_id=item_id).aggregate(m=Max("id"))["m"] or 0
+
+
+def run_fence_reason(*, run_id: str, owner_boot_id: str, lease_epoch: int, now=None) -> str:
+    """Why a worker call on this run was fenced out (DOMAIN §6.4), read without locks.
+
+    Only used to explain a refusal the service already decided; it never decides anything.
+    """
+    from . import clock
+    from .services.common import stale_reason
+
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        return stale_reason(None, None, None, now or clock.now(), True)
+    item = WorkItem.objects.filter(pk=run.work_item_id).first()
+    action = Action.objects.filter(pk=run.action_id).first()
+    if run.owner_boot_id != owner_boot_id or run.lease_epoch != lease_epoch:
+        if run.status == RunStatus.RUNNING:
+            return "stale Run: owner boot id or lease epoch does not match (superseded or already finished)"
+    return stale_reason(run, action, item, now or clock.now(), True)
+
+
+def _latest_completed_runs(action_ids: list[str]) -> dict[str, Run]:
+    out: dict[str, Run] = {}
+    for run in (Run.objects.filter(action_id__in=action_ids, status=RunStatus.COMPLETED)
+                .order_by("action_id", "-ended_at", "-started_at")):
+        out.setdefault(run.action_id, run)
+    return out
+
+
+def action_dependencies(*, item_id: str, stage_ids: list[str]) -> list[dict]:
+    """DOMAIN §10.1 list_action_dependencies: the canonical action of each stage [DEV-1], in
+    sequence order, with summary, normalised evidence and executor id of its latest completed run."""
+    from .services.common import canonical_actions
+    from .services.normalize import normalize_evidence
+
+    wanted = [s for s in (stage_ids or []) if isinstance(s, str)]
+    if not wanted:
+        return []
+    canonical = canonical_actions(Action.objects.filter(work_item_id=item_id).order_by("sequence"))
+    deps = sorted((canonical[s] for s in set(wanted) if s in canonical), key=lambda a: a.sequence)
+    runs = _latest_completed_runs([a.pk for a in deps])
+    out = []
+    for a in deps:
+        run = runs.get(a.pk)
+        vp = run.vp_snapshot.get("id") if run is not None and isinstance(run.vp_snapshot, dict) else None
+        out.append({
+            "action_id": a.pk,
+            "stage_id": a.effective_stage_id,
+            "type": a.type,
+            "status": a.status,
+            "summary": run.summary if run is not None else "",
+            "evidence": normalize_evidence(run.evidence) if run is not None else [],
+            "vp_id": vp,
+        })
+    return out
+
+
+def claim_dependencies(action: Action, item: WorkItem) -> list[dict]:
+    """The dependencies a claimed action receives: graph items only (linear ignores them, §2.2)."""
+    if item.execution_mode != "graph":
+        return []
+    return action_dependencies(item_id=item.pk, stage_ids=list(action.depends_on_stage_ids or []))
+
+
+# --- graph (API.md "Graph") ---------------------------------------------------------------------
+
+def _stage_names(snapshot) -> dict[str, str]:
+    stages = snapshot.get("stages") if isinstance(snapshot, dict) else None
+    names: dict[str, str] = {}
+    for stage in stages or []:
+        if isinstance(stage, dict) and isinstance(stage.get("id"), str):
+            names[stage["id"]] = stage.get("name") or stage["id"]
+    return names
+
+
+def _workspace_holders(workspace_key: str) -> list[dict]:
+    return list(
+        Action.objects.filter(status=ActionStatus.RUNNING, work_item__workspace_key=workspace_key)
+        .order_by("updated_at", "pk")
+        .values("current_run_id", "workspace_mode", "work_item_id", "work_item__title", "stage_id", "type")
+    )
+
+
+def _blocked_by(action: Action, item: WorkItem, canonical: dict[str, Action], running, holders) -> list[str]:
+    """Why a ready node cannot be claimed now: the rules of DOMAIN §5.1-§5.4, in words."""
+    from .services.claims import workspace_blocks
+
+    reasons: list[str] = []
+    if item.execution_mode == "graph":
+        for stage in action.depends_on_stage_ids or []:
+            dep = canonical.get(stage)
+            if dep is None:
+                reasons.append(f"waiting for stage {stage} (missing)")
+            elif dep.status != ActionStatus.COMPLETED:
+                reasons.append(f"waiting for stage {stage} ({dep.status})")
+    if item.workspace_key and workspace_blocks(action.workspace_mode, item.pk, running):
+        for h in holders():
+            if workspace_blocks(action.workspace_mode, item.pk, [(h["workspace_mode"], h["work_item_id"])]):
+                owner = ("this work item" if h["work_item_id"] == item.pk
+                         else f'work item {h["work_item_id"]} "{h["work_item__title"]}"')
+                reasons.append(f'workspace held by run {h["current_run_id"]} ({h["workspace_mode"]}, '
+                               f'stage {h["stage_id"] or h["type"]}) of {owner}')
+    if item.execution_mode == "graph":
+        if item.status not in (WorkItemStatus.READY, WorkItemStatus.RUNNING):
+            reasons.append(f"work item is {item.status}")
+    elif item.current_action_id != action.pk:
+        reasons.append("not the current action of the work item")
+    elif item.status != WorkItemStatus.READY or item.current_run_id:
+        reasons.append(f"work item is {item.status}")
+    return reasons
+
+
+def graph_snapshot(item_id: str) -> dict:
+    """Nodes (canonical action per stage; linear: every action), edges, leases and the reasons a
+    ready node cannot be claimed now. A read: nothing is locked or written."""
+    from .services.claims import running_in_workspace
+    from .services.common import canonical_actions
+
+    item = work_item_get(item_id)
+    actions = list(Action.objects.filter(work_item_id=item_id).order_by("sequence"))
+    canonical = canonical_actions(actions)
+    graph = item.execution_mode == "graph"
+    edges: list[dict] = []
+    if graph:
+        # a stage whose actions were all superseded or cancelled still shows its latest action
+        per_stage: dict[str, Action] = {}
+        for a in actions:
+            per_stage[a.effective_stage_id] = a
+        per_stage.update(canonical)
+        nodes = sorted(per_stage.values(), key=lambda a: a.sequence)
+        for a in nodes:
+            for dep in a.depends_on_stage_ids or []:
+                if dep in per_stage:
+                    edges.append({"source": dep, "target": a.effective_stage_id,
+                                  "source_action_id": per_stage[dep].pk, "target_action_id": a.pk})
+        triage = next((a for a in nodes if a.type == "triage"), None)
+        if triage is not None:
+            for a in nodes:
+                if a is not triage and not [d for d in (a.depends_on_stage_ids or []) if d in per_stage]:
+                    edges.append({"source": triage.effective_stage_id, "target": a.effective_stage_id,
+                                  "source_action_id": triage.pk, "target_action_id": a.pk})
+    else:
+        nodes = actions
+        for prev, nxt in zip(nodes, nodes[1:]):
+            edges.append({"source": prev.effective_stage_id, "target": nxt.effective_stage_id,
+                          "source_action_id": prev.pk, "target_action_id": nxt.pk})
+
+    run_ids = [a.current_run_id for a in nodes if a.status == ActionStatus.RUNNING and a.current_run_id]
+    runs = {r.pk: r for r in Run.objects.filter(pk__in=run_ids)} if run_ids else {}
+    running = running_in_workspace(item.workspace_key) if item.workspace_key else []
+    holder_cache: list = []
+
+    def holders() -> list[dict]:
+        if not holder_cache:
+            holder_cache.append(_workspace_holders(item.workspace_key))
+        return holder_cache[0]
+
+    names = _stage_names(item.workflow_snapshot)
+    out_nodes = []
+    for a in nodes:
+        run = runs.get(a.current_run_id) if a.status == ActionStatus.RUNNING else None
+        out_nodes.append({
+            "id": a.pk,
+            "stage_id": a.effective_stage_id,
+            "type": a.type,
+            "name": names.get(a.effective_stage_id) or a.effective_stage_id,
+            "status": a.status,
+            "attempt": a.attempt,
+            "max_attempts": a.max_attempts,
+            "workspace_mode": a.workspace_mode,
+            "sequence": a.sequence,
+            "lease": None if run is None else {
+                "run_id": run.pk, "owner_boot_id": run.owner_boot_id,
+                "lease_epoch": run.lease_epoch, "expires_at": run.expires_at,
+            },
+            "blocked_by": (_blocked_by(a, item, canonical, running, holders)
+                           if a.status == ActionStatus.READY else []),
+        })
+    return {
+        "work_item_id": item.pk,
+        "execution_mode": item.execution_mode,
+        "status": item.status,
+        "nodes": out_nodes,
+        "edges": edges,
+        "last_event_id": item_last_event_id(item.pk),
+    }
+
+
+def action_with_stats(action: Action) -> Action:
+    """The action with `execution_stats` (sum over its runs) attached, as the API shows it."""
+    row = Run.objects.filter(action_id=action.pk).aggregate(**{f: Sum(f) for f in COUNTER_FIELDS})
+    action.execution_stats = _stats_from(row)
+    return action

@@ -1,0 +1,357 @@
+"""The HTTP API (API.md §0-§3), mounted at /api/v1/.
+
+Every operation parses its input, calls one service or selector and shapes the result; state
+changes live in `workcenter.services`. Errors of every kind leave through one handler that maps
+the domain's stable codes to HTTP statuses (API.md §0).
+"""
+from __future__ import annotations
+
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from ninja import NinjaAPI, Query, Router
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.responses import Status
+
+from . import selectors, services
+from .auth import CHANGE, DEFINE_WORKFLOWS, RUN_ACTIONS, VIEW, actor_of, api_auth
+from .errors import StaleRun, WorkcenterError
+from .schemas import (
+    ActionResultOut,
+    ClaimIn,
+    ClaimOut,
+    CreateWorkItemIn,
+    DetailView,
+    ErrorOut,
+    EventPageOut,
+    EventsQuery,
+    GraphOut,
+    GuidanceIn,
+    IntegrationFinishIn,
+    IntegrationRollbackIn,
+    IntegrationWorkspaceIn,
+    InterruptIn,
+    InterruptOut,
+    ProgressIn,
+    RecoveryIn,
+    RecoveryOut,
+    RenewIn,
+    RenewOut,
+    ReservationIn,
+    ReservationOut,
+    RetryIn,
+    RetryPreviewOut,
+    RunResultOut,
+    SubmitIn,
+    SubmitOut,
+    UpdateWorkItemIn,
+    WorkItemDetailOut,
+    WorkItemListOut,
+    WorkItemListQuery,
+)
+
+STATUS_BY_CODE = {
+    "bad_request": 400,
+    "not_authenticated": 401,
+    "permission_denied": 403,
+    "not_found": 404,
+    "stale_run": 409,
+    "invalid_state": 409,
+    "revision_conflict": 409,
+    "reservation_active": 409,
+    "invalid_input": 422,
+}
+CODE_BY_STATUS = {400: "bad_request", 401: "not_authenticated", 403: "permission_denied", 404: "not_found",
+                  409: "invalid_state", 422: "invalid_input"}
+
+# documented error bodies (every route can answer 401/403 and 422)
+ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 422: ErrorOut}
+ITEM_ERRORS = {**ERRORS, 404: ErrorOut, 409: ErrorOut}
+WORKER_ERRORS = {**ERRORS, 409: ErrorOut}
+
+api = NinjaAPI(
+    title="Work Center API",
+    version="1",
+    description="Durable work orchestration: work items, their actions and runs, and the worker protocol. "
+                "Authenticate with `Authorization: Bearer <token>` (see `manage.py create_api_token`) "
+                "or a signed-in browser session (unsafe methods need the CSRF token).",
+    urls_namespace="api",
+)
+
+
+# --- errors (API.md §0) --------------------------------------------------------------------------
+
+def _error_body(code: str, message: str, extra: dict | None = None) -> dict:
+    return {"code": code, "message": message, "extra": extra or {}}
+
+
+def _validation_errors(errors: list[dict]) -> list[dict]:
+    """ninja's `loc` (source, parameter, field, …) ⇒ `{field, message, loc}` with snake_case names."""
+    out = []
+    for err in errors:
+        loc = [str(p) for p in err.get("loc", ())]
+        source, path = (loc[0], loc[1:]) if loc else ("body", [])
+        if source == "body" and path and path[0] == "payload":
+            path = path[1:]
+        field = path[0] if path else source
+        out.append({"field": field, "message": err.get("msg", "invalid"), "loc": [source, *path]})
+    return out
+
+
+def _error_of(exc: Exception) -> tuple[int, dict]:
+    if isinstance(exc, WorkcenterError):
+        return STATUS_BY_CODE.get(exc.code, 400), _error_body(exc.code, exc.message, exc.extra)
+    if isinstance(exc, ValidationError):
+        errors = _validation_errors(exc.errors)
+        detail = "; ".join(f'{e["field"]}: {e["message"]}' for e in errors)
+        return 422, _error_body("invalid_input", f"Invalid input — {detail}", {"errors": errors})
+    if isinstance(exc, AuthenticationError):
+        return 401, _error_body("not_authenticated", "authentication required: send 'Authorization: Bearer "
+                                                     "<token>' or sign in")
+    if isinstance(exc, HttpError):
+        code = CODE_BY_STATUS.get(exc.status_code, "bad_request")
+        message = str(exc)
+        if exc.status_code == 400 and "parse" in message.lower():
+            message = f"malformed JSON body: {message}"
+        return exc.status_code, _error_body(code, message)
+    if isinstance(exc, Http404):
+        return 404, _error_body("not_found", str(exc) or "not found")
+    raise exc
+
+
+def api_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """The one exception handler: every failure leaves as `{"code", "message", "extra"}`."""
+    status, body = _error_of(exc)
+    return api.create_response(request, body, status=status)
+
+
+for _exc in (WorkcenterError, ValidationError, HttpError, Http404):
+    api.add_exception_handler(_exc, api_error)
+
+
+def api_not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
+    """Unknown paths below /api/v1/ answer like the API, not with Django's HTML page."""
+    return JsonResponse(_error_body("not_found", f"no API route {request.path}"), status=404)
+
+
+# --- work items (API.md §2) ----------------------------------------------------------------------
+
+items = Router(tags=["work items"])
+
+
+def _detail(item_id: str) -> DetailView:
+    return DetailView(selectors.work_item_detail(item_id))
+
+
+@items.get("/work-items", response={200: WorkItemListOut, **ERRORS}, auth=api_auth(VIEW))
+def work_item_list(request, filters: Query[WorkItemListQuery]):
+    """Items newest `updated_at` first; `count` counts every match, not just this page."""
+    page, total = selectors.work_item_list(status=filters.status, session_id=filters.session_id,
+                                           search=filters.search, limit=filters.limit)
+    return {"items": page, "count": total}
+
+
+@items.post("/work-items", response={201: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
+def work_item_create(request, payload: CreateWorkItemIn):
+    """Create (and by default start) a work item (DOMAIN §8.1)."""
+    data = payload.model_dump(exclude_unset=True)
+    kwargs = {k: data[k] for k in ("acceptance_criteria", "work_dir", "work_item_type", "origin",
+                                   "linked_session_ids", "id", "workflow") if k in data}
+    item = services.work_item_create(
+        title=payload.title, goal=payload.goal, start=payload.start, reuse_memory=payload.reuse_memory,
+        trusted=request.auth.has_perm(DEFINE_WORKFLOWS), actor=actor_of(request), **kwargs,
+    )
+    return Status(201, _detail(item.pk))
+
+
+@items.get("/work-items/{item_id}", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(VIEW))
+def work_item_get(request, item_id: str):
+    return _detail(item_id)
+
+
+@items.patch("/work-items/{item_id}", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
+def work_item_update(request, item_id: str, payload: UpdateWorkItemIn):
+    """Edit title/goal/criteria/work_dir (DOMAIN §8.3); a contract change restarts from triage."""
+    patch = payload.model_dump(exclude_unset=True)
+    expected = patch.pop("expected_revision", None)
+    item = services.work_item_update(item_id=item_id, patch=patch, expected_revision=expected,
+                                     actor=actor_of(request))
+    return _detail(item.pk)
+
+
+@items.post("/work-items/{item_id}/start", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
+def work_item_start(request, item_id: str):
+    item = services.work_item_start(item_id=item_id, actor=actor_of(request))
+    return _detail(item.pk)
+
+
+@items.post("/work-items/{item_id}/cancel", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
+def work_item_cancel(request, item_id: str):
+    item = services.work_item_cancel(item_id=item_id, actor=actor_of(request))
+    return _detail(item.pk)
+
+
+@items.post("/work-items/{item_id}/retry", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
+def work_item_retry(request, item_id: str, payload: RetryIn = None):
+    """Resume a waiting (with `answer`) or needs_attention item (DOMAIN §8.6)."""
+    item = services.work_item_retry(item_id=item_id, answer=payload.answer if payload else None,
+                                    actor=actor_of(request))
+    return _detail(item.pk)
+
+
+@items.get("/work-items/{item_id}/retry-preview", response={200: RetryPreviewOut, **ITEM_ERRORS},
+           auth=api_auth(VIEW))
+def work_item_retry_preview(request, item_id: str):
+    """What a retry would do, computed by the retry's own code path without writing."""
+    return services.work_item_retry_preview(item_id=item_id)
+
+
+@items.post("/work-items/{item_id}/guidance", response={200: WorkItemDetailOut, **ITEM_ERRORS},
+            auth=api_auth(CHANGE))
+def work_item_guide(request, item_id: str, payload: GuidanceIn):
+    """Restart the current action with the user's guidance (DOMAIN §8.5)."""
+    item = services.work_item_guide(item_id=item_id, guidance=payload.guidance, action_id=payload.action_id,
+                                    revision=payload.revision, actor=actor_of(request))
+    return _detail(item.pk)
+
+
+@items.get("/work-items/{item_id}/graph", response={200: GraphOut, **ITEM_ERRORS}, auth=api_auth(VIEW))
+def work_item_graph(request, item_id: str):
+    """Canonical node per stage, dependency edges, leases and why ready nodes wait."""
+    return selectors.graph_snapshot(item_id)
+
+
+def _event_page(events: list, after_id: int) -> dict:
+    return {"events": events, "last_id": events[-1].id if events else after_id}
+
+
+@items.get("/work-items/{item_id}/events", response={200: EventPageOut, **ITEM_ERRORS}, auth=api_auth(VIEW))
+def work_item_events(request, item_id: str, params: Query[EventsQuery]):
+    """Events of one item with id > after_id, oldest first: the catch-up path of live clients."""
+    events = selectors.work_item_events(item_id=item_id, after_id=params.after_id, limit=params.limit)
+    return _event_page(events, params.after_id)
+
+
+@items.get("/events", response={200: EventPageOut, **ERRORS}, auth=api_auth(VIEW))
+def events_list(request, params: Query[EventsQuery]):
+    """Events of every item with id > after_id, oldest first."""
+    events = selectors.events_after(after_id=params.after_id, limit=params.limit)
+    return _event_page(events, params.after_id)
+
+
+# --- worker protocol (API.md §3) -----------------------------------------------------------------
+
+worker = Router(tags=["worker protocol"], auth=api_auth(RUN_ACTIONS))
+
+
+def _stale(run_id: str, payload, *, integration: bool = False) -> StaleRun:
+    """The 409 for a worker call the service fenced out (it returned None), with the likely cause."""
+    reason = selectors.run_fence_reason(run_id=run_id, owner_boot_id=payload.owner_boot_id,
+                                        lease_epoch=payload.lease_epoch)
+    if integration:
+        reason = ("stale integration: the Run lost its Run lease or its action is not a prepared "
+                  f"integration with this reservation ({reason})")
+    return StaleRun(reason, extra={"run_id": run_id})
+
+
+@worker.post("/claims", response={201: ClaimOut, 204: None, **WORKER_ERRORS})
+def action_claim(request, payload: ClaimIn):
+    """Claim at most one ready action: 201 with the run holding the lease, 204 when nothing is claimable."""
+    claim = services.action_claim(owner_boot_id=payload.owner_boot_id, lease_ms=payload.lease_ms)
+    if claim is None:
+        return Status(204, None)
+    detail = _detail(claim.work_item.pk)
+    return Status(201, {
+        "work_item": detail,
+        "action": detail.action(claim.action.pk),
+        "run": claim.run,
+        "dependencies": selectors.claim_dependencies(claim.action, claim.work_item),
+    })
+
+
+@worker.post("/runs/{run_id}/renew", response={200: RenewOut, **WORKER_ERRORS})
+def run_renew(request, run_id: str, payload: RenewIn):
+    run = services.run_renew(run_id=run_id, owner_boot_id=payload.owner_boot_id, lease_epoch=payload.lease_epoch,
+                             lease_ms=payload.lease_ms)
+    if run is None:
+        raise _stale(run_id, payload)
+    return {"expires_at": run.expires_at}
+
+
+@worker.post("/runs/{run_id}/progress", response={200: RunResultOut, **WORKER_ERRORS})
+def run_progress(request, run_id: str, payload: ProgressIn):
+    """Overwrite the run's response, counters and checkpoint (live lease required)."""
+    progress = payload.model_dump(exclude_unset=True, exclude={"owner_boot_id", "lease_epoch"})
+    run = services.run_progress(run_id=run_id, owner_boot_id=payload.owner_boot_id,
+                                lease_epoch=payload.lease_epoch, progress=progress)
+    if run is None:
+        raise _stale(run_id, payload)
+    return {"run": run}
+
+
+@worker.post("/runs/{run_id}/submit", response={200: SubmitOut, **WORKER_ERRORS})
+def run_submit(request, run_id: str, payload: SubmitIn):
+    """Terminal submission (DOMAIN §7). Validation failures become a failed run, not an HTTP error."""
+    result = payload.model_dump(exclude_unset=True, exclude={"owner_boot_id", "lease_epoch"})
+    run, action, item = services.run_submit(run_id=run_id, owner_boot_id=payload.owner_boot_id,
+                                            lease_epoch=payload.lease_epoch, result=result)
+    detail = _detail(item.pk)
+    return {"run": run, "action": detail.action(action.pk), "work_item": detail}
+
+
+@worker.post("/runs/{run_id}/interrupt", response={200: InterruptOut, **WORKER_ERRORS})
+def run_interrupt(request, run_id: str, payload: InterruptIn):
+    """Stop a run (expiry ignored); `interrupted: false` when the run no longer holds the action."""
+    kwargs = {"reason": payload.reason} if payload.reason is not None else {}
+    interrupted = services.run_interrupt(run_id=run_id, owner_boot_id=payload.owner_boot_id,
+                                         lease_epoch=payload.lease_epoch, final_progress=payload.final_progress,
+                                         **kwargs)
+    return {"interrupted": interrupted}
+
+
+@worker.post("/recoveries", response={200: RecoveryOut, **WORKER_ERRORS})
+def runs_recover(request, payload: RecoveryIn):
+    """One recovery pass (DOMAIN §9.2) on behalf of the worker with this boot id."""
+    return {"recovered": services.runs_recover(current_boot_id=payload.owner_boot_id)}
+
+
+@worker.post("/runs/{run_id}/integration", response={200: ActionResultOut, **WORKER_ERRORS})
+def integration_set_workspace(request, run_id: str, payload: IntegrationWorkspaceIn):
+    action = services.integration_set_workspace(action_id=None, run_id=run_id, owner_boot_id=payload.owner_boot_id,
+                                                lease_epoch=payload.lease_epoch, workspace=payload.workspace)
+    if action is None:
+        raise _stale(run_id, payload, integration=True)
+    return {"action": selectors.action_with_stats(action)}
+
+
+@worker.post("/runs/{run_id}/integration/reservation", response={200: ReservationOut, **WORKER_ERRORS})
+def integration_acquire(request, run_id: str, payload: ReservationIn):
+    """Reserve a prepared integration for finalization; the run's lease moves to the same expiry."""
+    reservation = services.integration_acquire(action_id=None, run_id=run_id, owner_boot_id=payload.owner_boot_id,
+                                               lease_epoch=payload.lease_epoch,
+                                               reservation_ms=payload.reservation_ms)
+    if reservation is None:
+        raise _stale(run_id, payload, integration=True)
+    return {"token": reservation.token, "expires_at": reservation.expires_at,
+            "action": selectors.action_with_stats(reservation.action)}
+
+
+@worker.post("/runs/{run_id}/integration/finish", response={200: ActionResultOut, **WORKER_ERRORS})
+def integration_finish(request, run_id: str, payload: IntegrationFinishIn):
+    action = services.integration_finish(action_id=None, run_id=run_id, owner_boot_id=payload.owner_boot_id,
+                                         lease_epoch=payload.lease_epoch, token=payload.token,
+                                         workspace=payload.workspace)
+    if action is None:
+        raise _stale(run_id, payload, integration=True)
+    return {"action": selectors.action_with_stats(action)}
+
+
+@worker.post("/runs/{run_id}/integration/rollback", response={200: ActionResultOut, **WORKER_ERRORS})
+def integration_rollback(request, run_id: str, payload: IntegrationRollbackIn):
+    action = services.integration_rollback(action_id=None, run_id=run_id, owner_boot_id=payload.owner_boot_id,
+                                           lease_epoch=payload.lease_epoch, token=payload.token)
+    if action is None:
+        raise _stale(run_id, payload, integration=True)
+    return {"action": selectors.action_with_stats(action)}
+
+
+api.add_router("", items)
+api.add_router("", worker)

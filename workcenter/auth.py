@@ -1,0 +1,171 @@
+"""Who may call the API (API.md §1): bearer tokens for programs, the Django session for browsers.
+
+A token reads `wc_<prefix>_<secret>`; only the SHA-256 of the secret is stored, the prefix finds
+the row and names the token in listings. Every operation declares one permission; the auth
+callables below authenticate *and* check it, so a route can never forget the check:
+no or bad credentials ⇒ 401 `not_authenticated`, a known user without the permission ⇒ 403
+`permission_denied`.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Q
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja.security import APIKeyCookie, HttpBearer
+from ninja.utils import check_csrf
+
+from .errors import WorkcenterError
+from .models import ApiToken
+
+TOKEN_SCHEME = "wc"
+PREFIX_BYTES = 4  # 8 hex characters
+SECRET_BYTES = 32
+LAST_USED_RESOLUTION = timedelta(minutes=1)  # don't write the token row on every request
+
+VIEW = "workcenter.view_workitem"
+CHANGE = "workcenter.change_workitem"
+RUN_ACTIONS = "workcenter.run_actions"
+DEFINE_WORKFLOWS = "workcenter.define_workflows"
+
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
+
+
+class NotAuthenticated(WorkcenterError):
+    code = "not_authenticated"
+
+
+class PermissionDenied(WorkcenterError):
+    code = "permission_denied"
+
+
+# --- tokens ------------------------------------------------------------------------------------
+
+def token_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def split_token(raw: str) -> tuple[str, str] | None:
+    """`wc_<prefix>_<secret>` ⇒ (prefix, secret); None when the shape is wrong."""
+    scheme, sep, rest = (raw or "").strip().partition("_")
+    prefix, sep2, secret = rest.partition("_")
+    if scheme != TOKEN_SCHEME or not sep or not sep2 or not prefix or not secret:
+        return None
+    return prefix, secret
+
+
+def api_token_create(*, user, name: str = "") -> tuple[ApiToken, str]:
+    """Create a token for `user`; returns the row and the full token, which is never stored."""
+    prefix = secrets.token_hex(PREFIX_BYTES)
+    while ApiToken.objects.filter(prefix=prefix).exists():
+        prefix = secrets.token_hex(PREFIX_BYTES)
+    secret = secrets.token_urlsafe(SECRET_BYTES)
+    token = ApiToken.objects.create(user=user, name=name or "", prefix=prefix, token_hash=token_hash(secret))
+    return token, f"{TOKEN_SCHEME}_{prefix}_{secret}"
+
+
+def api_token_revoke(*, label_or_prefix: str, now=None) -> list[ApiToken]:
+    """Revoke the live tokens whose name or prefix is `label_or_prefix` (a full token names its
+    prefix). Returns the revoked rows."""
+    key = (label_or_prefix or "").strip()
+    parts = split_token(key)
+    if parts is not None:
+        key = parts[0]
+    if not key:
+        return []
+    now = now or timezone.now()
+    tokens = list(ApiToken.objects.filter(Q(name=key) | Q(prefix=key), revoked_at__isnull=True).order_by("pk"))
+    if tokens:
+        ApiToken.objects.filter(pk__in=[t.pk for t in tokens]).update(revoked_at=now)
+        for t in tokens:
+            t.revoked_at = now
+    return tokens
+
+
+def api_token_user(raw: str):
+    """The active user of a live token, or None. Touches `last_used_at` at most once a minute."""
+    parts = split_token(raw)
+    if parts is None:
+        return None
+    prefix, secret = parts
+    digest = token_hash(secret)
+    token = ApiToken.objects.select_related("user").filter(prefix=prefix, revoked_at__isnull=True).first()
+    if token is None or not hmac.compare_digest(token.token_hash, digest) or not token.user.is_active:
+        return None
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token.user
+
+
+# --- ninja auth callables ----------------------------------------------------------------------
+
+def require_permission(user, permission: str | None) -> None:
+    if permission and not user.has_perm(permission):
+        raise PermissionDenied(f"permission denied: {permission} is required",
+                               extra={"permission": permission})
+
+
+class TokenAuth(HttpBearer):
+    """`Authorization: Bearer wc_…`. A present but unusable header is a 401, never a fallback
+    to the session."""
+
+    def __init__(self, permission: str | None) -> None:
+        self.permission = permission
+        super().__init__()
+
+    def __call__(self, request: HttpRequest):
+        header = request.headers.get(self.header)
+        if not header:
+            return None
+        scheme, _, raw = header.strip().partition(" ")
+        if scheme.lower() != "bearer" or not raw.strip():
+            raise NotAuthenticated("invalid Authorization header: expected 'Bearer <token>'")
+        return self.authenticate(request, raw.strip())
+
+    def authenticate(self, request: HttpRequest, token: str):
+        user = api_token_user(token)
+        if user is None:
+            raise NotAuthenticated("invalid, revoked or unknown API token")
+        require_permission(user, self.permission)
+        return user
+
+
+class SessionAuth(APIKeyCookie):
+    """Django's session (ninja's `django_auth`), with CSRF enforced for unsafe methods once the
+    user is known: an anonymous request is a 401, not a CSRF 403."""
+
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def __init__(self, permission: str | None) -> None:
+        self.permission = permission
+        super().__init__(csrf=True)
+
+    def __call__(self, request: HttpRequest):
+        return self.authenticate(request, request.COOKIES.get(self.param_name))
+
+    def authenticate(self, request: HttpRequest, key):
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            return None
+        if request.method not in SAFE_METHODS and not getattr(request, "_ninja_csrf_exempt", False):
+            if check_csrf(request) is not None:
+                raise PermissionDenied("CSRF verification failed: send the csrftoken cookie's value "
+                                       "in the X-CSRFToken header", extra={"reason": "csrf"})
+        require_permission(user, self.permission)
+        return user
+
+
+def api_auth(permission: str) -> list:
+    """Token first (programs), then the session (browsers)."""
+    return [TokenAuth(permission), SessionAuth(permission)]
+
+
+def actor_of(request: HttpRequest) -> str:
+    """DOMAIN §11.3: `user:<username>` for people and their tokens."""
+    return f"user:{request.auth.get_username()}"
