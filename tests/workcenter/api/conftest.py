@@ -86,8 +86,8 @@ def fence(claim: dict) -> dict:
 def make_user(db):
     def make(username: str, *codenames: str, superuser: bool = False) -> User:
         if superuser:
-            return User.objects.create_superuser(username, password="pw")
-        user = User.objects.create_user(username, password="pw")
+            return User.objects.create_superuser(username, email=None, password=None)
+        user = User.objects.create_user(username)
         perms = Permission.objects.filter(content_type__app_label="workcenter", codename__in=codenames)
         assert perms.count() == len(set(codenames)), codenames
         user.user_permissions.set(perms)
