@@ -76,7 +76,12 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 30,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;",
     }
-    _db["TEST"] = {"NAME": os.environ.get("WORKCENTER_TEST_SQLITE") or None}
+    # Tests use a file database (not shared-cache memory) so that real threads and processes
+    # exercise the same locking as production.
+    import tempfile
+
+    _db["TEST"] = {"NAME": os.environ.get("WORKCENTER_TEST_SQLITE")
+                   or os.path.join(tempfile.gettempdir(), f"workcenter-test-{os.getpid()}.sqlite3")}
 DATABASES = {"default": _db}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

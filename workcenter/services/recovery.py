@@ -15,16 +15,25 @@ RECOVERY_ERROR = "Agent process or lease ended before the Run submitted a termin
 STALE_ERROR = "Run no longer owns the current WorkItem Action"
 
 
-def runs_recover(*, current_boot_id: str, actor: str | None = None, now: datetime | None = None) -> int:
+def runs_recover(*, current_boot_id: str, expired_only: bool = False, actor: str | None = None,
+                 now: datetime | None = None) -> int:
     """Interrupt (current) or supersede/cancel (stale) every running run that is not owned by
     `current_boot_id` or whose lease expired. Runs whose action holds a live integration
-    reservation are skipped. Returns how many runs were recovered. Items are locked in pk order."""
+    reservation are skipped. Returns how many runs were recovered. Items are locked in pk order.
+
+    `expired_only` recovers only runs whose lease expired, whoever owns them: the form a worker
+    uses when several workers share one store, so that it never interrupts a live peer's runs
+    (DOMAIN §9.2 assumes one watcher per store; a crashed peer's runs come back at lease expiry).
+    """
     if not isinstance(current_boot_id, str) or not current_boot_id:
         raise InvalidInput("current_boot_id is required", fields=["owner_boot_id"])
     actor = actor or f"recovery:{current_boot_id}"
     with store_transaction():
         now = resolve_now(now)
-        cond = Q(status=RunStatus.RUNNING) & (~Q(owner_boot_id=current_boot_id) | Q(expires_at__lte=now))
+        if expired_only:
+            cond = Q(status=RunStatus.RUNNING, expires_at__lte=now)
+        else:
+            cond = Q(status=RunStatus.RUNNING) & (~Q(owner_boot_id=current_boot_id) | Q(expires_at__lte=now))
         item_ids = sorted(set(Run.objects.filter(cond).values_list("work_item_id", flat=True)))
         count = 0
         for item_id in item_ids:

@@ -81,3 +81,14 @@ def test_runs_recover_after_cancel_or_contract_change_returns_zero(store):
     store.claim(boot="dead")
     services.work_item_update(item_id=item.pk, patch={"goal": "g2"}, now=store.now())
     assert services.runs_recover(current_boot_id="fresh", now=store.now()) == 0
+
+
+def test_runs_recover_expired_only_leaves_live_peers(store, clock):
+    # several workers share a store: a tick's recovery must not interrupt a live peer's run
+    store.linear()
+    c = store.claim(boot="peer", lease_ms=5_000)
+    assert services.runs_recover(current_boot_id="me", expired_only=True, now=store.now()) == 0
+    assert Run.objects.get(pk=c.run.pk).status == "running"
+    clock.tick(5_000)
+    assert services.runs_recover(current_boot_id="me", expired_only=True, now=store.now()) == 1
+    assert Run.objects.get(pk=c.run.pk).status == "interrupted"

@@ -1,0 +1,49 @@
+import logging
+import signal
+import sys
+
+from django.core.management.base import BaseCommand
+
+from workcenter.executors import load_executor
+from workcenter.worker import HttpStore, LocalStore, Worker
+
+
+class Command(BaseCommand):
+    help = "Run a worker: recover, claim, renew leases, execute, submit; SIGINT/SIGTERM interrupts cleanly."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--concurrency", type=int, default=3)
+        parser.add_argument("--lease-ms", type=int, default=60_000)
+        parser.add_argument("--poll-ms", type=int, default=2_000)
+        parser.add_argument("--executor", default=None, help="dotted path of the executor class")
+        parser.add_argument("--once", action="store_true", help="one tick, wait for its runs, exit")
+        parser.add_argument("--server", default=None, help="remote Work Center URL (uses the HTTP worker protocol)")
+        parser.add_argument("--token", default=None, help="API token for --server (or WORKCENTER_TOKEN)")
+
+    def handle(self, *args, **opts):
+        import os
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        server = opts["server"] or os.environ.get("WORKCENTER_SERVER")
+        if server:
+            token = opts["token"] or os.environ.get("WORKCENTER_TOKEN")
+            if not token:
+                self.stderr.write("--token (or WORKCENTER_TOKEN) is required with --server")
+                sys.exit(2)
+            store = HttpStore(server, token)
+        else:
+            store = LocalStore()
+        worker = Worker(store, load_executor(opts["executor"]), concurrency=opts["concurrency"],
+                        lease_ms=opts["lease_ms"], poll_ms=opts["poll_ms"])
+        self.stdout.write(f"worker {worker.boot_id} starting (concurrency {worker.concurrency})")
+        self.stdout.flush()
+
+        def on_signal(signum, frame):
+            worker.state = "stopping"
+            worker.wake.set()
+
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        worker.run_forever(once=opts["once"])
+        report = worker.stop()
+        self.stdout.write(f"worker {worker.boot_id} stopped; interrupted {sum(r['interrupted'] for r in report)} run(s)")

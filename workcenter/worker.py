@@ -1,0 +1,378 @@
+"""The worker loop (DOMAIN §13): recovery, claims, lease renewal, progress, submission, clean stop.
+
+The loop talks to the store through a `WorkerStore`: `LocalStore` calls the service layer in this
+process (same database), `HttpStore` calls the worker protocol of API.md §3 on a remote server.
+Both return the API's JSON shapes, so executors see the same task either way.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+logger = logging.getLogger("workcenter.worker")
+
+STALE_PATTERN = re.compile(r"stale|cancelled|already finished", re.IGNORECASE)
+
+
+class StoreError(Exception):
+    def __init__(self, message: str, code: str = "error"):
+        super().__init__(message)
+        self.code = code
+
+
+class WorkerStore(Protocol):
+    def recover(self, boot_id: str) -> int: ...
+    def claim(self, boot_id: str, lease_ms: int) -> dict | None: ...
+    def renew(self, run: dict, lease_ms: int) -> bool: ...
+    def progress(self, run: dict, progress: dict) -> bool: ...
+    def submit(self, run: dict, result: dict) -> dict: ...
+    def interrupt(self, run: dict, reason: str, final_progress: dict | None) -> bool: ...
+
+
+def _iso(dt) -> str | None:
+    if dt is None:
+        return None
+    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class LocalStore:
+    """Calls the service layer directly (the worker runs beside the database)."""
+
+    def __init__(self):
+        from . import services  # noqa: F401  (Django must be set up)
+
+    def recover(self, boot_id):
+        from .services import runs_recover
+        return runs_recover(current_boot_id=boot_id, expired_only=True)
+
+    def claim(self, boot_id, lease_ms):
+        from django.db import close_old_connections
+        from .services import action_claim
+
+        close_old_connections()
+        c = action_claim(owner_boot_id=boot_id, lease_ms=lease_ms)
+        if c is None:
+            return None
+        item, action, run = c.work_item, c.action, c.run
+        return {
+            "work_item": {
+                "id": item.pk, "title": item.title, "goal": item.goal, "revision": item.revision,
+                "acceptance_criteria": list(item.acceptance_criteria or []), "work_dir": item.work_dir,
+                "workspace_key": item.workspace_key, "workflow_snapshot": item.workflow_snapshot,
+                "status": item.status,
+            },
+            "action": {
+                "id": action.pk, "type": action.type, "stage_id": action.effective_stage_id,
+                "brief": action.brief, "instruction": action.instruction, "context": action.context,
+                "attempt": action.attempt, "max_attempts": action.max_attempts,
+                "workspace_mode": action.workspace_mode, "depends_on_stage_ids": action.depends_on_stage_ids,
+                "sequence": action.sequence,
+            },
+            "run": {"id": run.pk, "owner_boot_id": run.owner_boot_id, "lease_epoch": run.lease_epoch,
+                    "expires_at": _iso(run.expires_at)},
+            "dependencies": self._dependencies(item, action),
+        }
+
+    @staticmethod
+    def _dependencies(item, action) -> list[dict]:
+        """DOMAIN §10.1 list_action_dependencies: canonical action per stage with its latest completed run."""
+        from .models import Action, Run
+        from .services.common import canonical_actions
+
+        stages = list(action.depends_on_stage_ids or [])
+        if not stages:
+            return []
+        canon = canonical_actions(Action.objects.filter(work_item_id=item.pk))
+        out = []
+        for dep in sorted((canon[s] for s in stages if s in canon), key=lambda a: a.sequence):
+            run = Run.objects.filter(action_id=dep.pk, status="completed").order_by("-ended_at").first()
+            out.append({"action_id": dep.pk, "stage_id": dep.effective_stage_id, "type": dep.type, "status": dep.status,
+                        "summary": run.summary if run else "", "evidence": run.evidence if run else [],
+                        "vp_id": ((run.vp_snapshot or {}).get("id") if run else None)})
+        return out
+
+    @staticmethod
+    def _fence(run):
+        return dict(run_id=run["id"], owner_boot_id=run["owner_boot_id"], lease_epoch=run["lease_epoch"])
+
+    def renew(self, run, lease_ms):
+        from .services import run_renew
+        return run_renew(**self._fence(run), lease_ms=lease_ms) is not None
+
+    def progress(self, run, progress):
+        from .services import run_progress
+        return run_progress(**self._fence(run), progress=progress) is not None
+
+    def submit(self, run, result):
+        from .errors import WorkcenterError
+        from .services import run_submit
+        try:
+            r, a, i = run_submit(**self._fence(run), result=result)
+        except WorkcenterError as exc:
+            raise StoreError(exc.message, exc.code) from None
+        return {"run": {"id": r.pk, "status": r.status, "error": r.error}, "work_item": {"id": i.pk, "status": i.status}}
+
+    def interrupt(self, run, reason, final_progress):
+        from .errors import WorkcenterError
+        from .services import run_interrupt
+        try:
+            return run_interrupt(**self._fence(run), reason=reason, final_progress=final_progress)
+        except WorkcenterError as exc:
+            raise StoreError(exc.message, exc.code) from None
+
+
+class HttpStore:
+    """The worker protocol over HTTP (API.md §3) with a bearer token."""
+
+    def __init__(self, base_url: str, token: str, timeout: float = 30.0):
+        self.base = base_url.rstrip("/")
+        if not self.base.endswith("/api/v1"):
+            self.base += "/api/v1"
+        self.token = token
+        self.timeout = timeout
+
+    def _call(self, path: str, body: dict) -> tuple[int, Any]:
+        data = json.dumps(body).encode("utf-8")
+        req = urllib.request.Request(self.base + path, data=data, method="POST", headers={
+            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+                return resp.status, (json.loads(raw) if raw else None)
+        except urllib.error.HTTPError as exc:
+            try:
+                payload = json.loads(exc.read() or b"{}")
+            except ValueError:
+                payload = {}
+            raise StoreError(payload.get("message") or str(exc), payload.get("code") or str(exc.code)) from None
+
+    @staticmethod
+    def _fence(run):
+        return {"owner_boot_id": run["owner_boot_id"], "lease_epoch": run["lease_epoch"]}
+
+    def recover(self, boot_id):
+        return self._call("/recoveries", {"owner_boot_id": boot_id, "expired_only": True})[1]["recovered"]
+
+    def claim(self, boot_id, lease_ms):
+        status, body = self._call("/claims", {"owner_boot_id": boot_id, "lease_ms": lease_ms})
+        return None if status == 204 else body
+
+    def renew(self, run, lease_ms):
+        try:
+            self._call(f"/runs/{run['id']}/renew", {**self._fence(run), "lease_ms": lease_ms})
+            return True
+        except StoreError as exc:
+            if exc.code == "stale_run":
+                return False
+            raise
+
+    def progress(self, run, progress):
+        try:
+            self._call(f"/runs/{run['id']}/progress", {**self._fence(run), **progress})
+            return True
+        except StoreError as exc:
+            if exc.code == "stale_run":
+                return False
+            raise
+
+    def submit(self, run, result):
+        return self._call(f"/runs/{run['id']}/submit", {**self._fence(run), **result})[1]
+
+    def interrupt(self, run, reason, final_progress):
+        body = {**self._fence(run), "reason": reason}
+        if final_progress is not None:
+            body["final_progress"] = final_progress
+        return self._call(f"/runs/{run['id']}/interrupt", body)[1]["interrupted"]
+
+
+class Executor(Protocol):
+    def execute(self, task: dict, report: Callable[[dict], bool], stop: threading.Event) -> dict: ...
+
+
+class RunAborted(Exception):
+    """Raised by executors when `stop` is set; the run then submits nothing."""
+
+
+@dataclass
+class ActiveRun:
+    task: dict
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    last_progress: dict | None = None
+    abort_reason: str | None = None
+
+
+class Worker:
+    """One worker process: a boot id, a tick loop and up to `concurrency` runs in threads."""
+
+    def __init__(self, store: WorkerStore, executor: Executor, *, concurrency: int = 3, lease_ms: int = 60_000,
+                 poll_ms: int = 2_000, boot_id: str | None = None):
+        self.store = store
+        self.executor = executor
+        self.concurrency = concurrency if isinstance(concurrency, int) and 1 <= concurrency <= 12 else 3
+        self.lease_ms = lease_ms
+        self.poll_ms = poll_ms
+        self.boot_id = boot_id or str(uuid.uuid4())
+        self.state = "running"
+        self.active: dict[str, ActiveRun] = {}
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.completed = 0
+
+    # --- the loop ---------------------------------------------------------------------------
+    def status(self) -> dict:
+        return {"enabled": self.state == "running", "active_runs": len(self.active), "owner_boot_id": self.boot_id}
+
+    def run_forever(self, *, once: bool = False) -> None:
+        logger.info("worker %s started (concurrency %s)", self.boot_id, self.concurrency)
+        self._recover()
+        while self.state == "running":
+            self.tick()
+            if once:
+                self._wait_all()
+                break
+            self.wake.wait(self.poll_ms / 1000)
+            self.wake.clear()
+
+    def tick(self) -> None:
+        if self.state != "running":
+            return
+        self._recover()
+        while self.state == "running" and len(self.active) < self.concurrency:
+            try:
+                task = self.store.claim(self.boot_id, self.lease_ms)
+            except Exception:
+                logger.exception("claim failed")
+                return
+            if task is None:
+                return
+            self._start(task)
+
+    def _recover(self) -> int:
+        try:
+            n = self.store.recover(self.boot_id)
+        except Exception:
+            logger.exception("recovery failed")
+            return 0
+        if n:
+            logger.info("recovered %s run(s)", n)
+        return n
+
+    def _start(self, task: dict) -> None:
+        run = task["run"]
+        active = ActiveRun(task=task)
+        with self.lock:
+            self.active[run["id"]] = active
+        active.thread = threading.Thread(target=self._execute, args=(active,), name=f"run-{run['id'][:8]}", daemon=True)
+        active.thread.start()
+
+    def _execute(self, active: ActiveRun) -> None:
+        task, run = active.task, active.task["run"]
+        renew_stop = threading.Event()
+
+        def renew_loop():
+            interval = max(1_000, self.lease_ms // 3) / 1000
+            while not renew_stop.wait(interval):
+                try:
+                    ok = self.store.renew(run, self.lease_ms)
+                except Exception:
+                    logger.exception("renew failed")
+                    ok = False
+                if not ok:
+                    active.abort_reason = "work_item_lease_lost"
+                    active.stop.set()
+                    self._recover()
+                    return
+
+        def report(progress: dict) -> bool:
+            active.last_progress = dict(progress)
+            if active.stop.is_set():
+                return False
+            try:
+                return self.store.progress(run, progress)
+            except Exception:
+                logger.exception("progress failed")
+                return False
+
+        renewer = threading.Thread(target=renew_loop, daemon=True)
+        renewer.start()
+        result = None
+        try:
+            result = self.executor.execute(task, report, active.stop)
+        except RunAborted:
+            result = None
+        except Exception as exc:  # an executor crash becomes a retryable/failed outcome
+            retryable = getattr(exc, "retryable", True)
+            result = {"outcome": "retryable" if retryable else "failed", "error": str(exc) or repr(exc),
+                      **(active.last_progress or {})}
+        finally:
+            renew_stop.set()
+        try:
+            if result is not None and not active.stop.is_set():
+                self.store.submit(run, result)
+                self.completed += 1
+        except StoreError as exc:
+            if not STALE_PATTERN.search(str(exc)):
+                logger.error("submit of run %s failed: %s", run["id"], exc)
+        except Exception:
+            logger.exception("submit of run %s failed", run["id"])
+        finally:
+            if not active.stop.is_set() or self.state == "running":
+                with self.lock:
+                    self.active.pop(run["id"], None)
+            self.wake.set()
+            self._close_db()
+
+    @staticmethod
+    def _close_db():
+        try:
+            from django.db import connection
+            connection.close()
+        except Exception:  # pragma: no cover - not in a Django process
+            pass
+
+    def _wait_all(self) -> None:
+        while True:
+            with self.lock:
+                threads = [a.thread for a in self.active.values() if a.thread]
+            if not threads:
+                return
+            for t in threads:
+                t.join()
+
+    # --- stop -------------------------------------------------------------------------------
+    def stop(self, reason: str = "Work Center watcher stopped") -> list[dict]:
+        """Abort every active run, wait for them to settle, then interrupt each with its final progress."""
+        self.state = "stopping"
+        self.wake.set()
+        with self.lock:
+            runs = list(self.active.values())
+        for a in runs:
+            a.abort_reason = a.abort_reason or "watcher_stopped"
+            a.stop.set()
+        for a in runs:
+            if a.thread:
+                a.thread.join(timeout=30)
+        report, errors = [], []
+        for a in runs:
+            run = a.task["run"]
+            try:
+                ok = self.store.interrupt(run, reason, a.last_progress)
+            except Exception as exc:
+                errors.append(f"{run['id']}: {exc}")
+                ok = False
+            report.append({"run_id": run["id"], "interrupted": bool(ok)})
+        with self.lock:
+            self.active.clear()
+        self.state = "idle"
+        if errors:
+            raise RuntimeError("Could not persist one or more run interruptions: " + "; ".join(errors))
+        return report
