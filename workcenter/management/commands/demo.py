@@ -1,0 +1,150 @@
+"""`python manage.py demo`: a live Work Center on the embedded SQLite database in one command."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from workcenter import services
+from workcenter.models import WorkItem
+
+LEAD = ("lead", "lead-demo-password")
+ADMIN = ("admin", "admin-demo-password")
+BOOT = "demo-seed"
+
+SEED = [
+    # (title, goal, criteria, how far the seed drives it)
+    ("Add rate limiting to the public API", "Protect the API from bursts of traffic",
+     ["Requests above 100/min get 429", "Limits are configurable"], "ready"),
+    ("Survey flaky integration tests", "Find out which integration tests are flaky and why",
+     ["A list of flaky tests with causes"], "ready"),
+    ("Upgrade the ORM to the next major version", "Move to the supported ORM release", ["All tests pass"], "ready"),
+    ("Document the deployment runbook", "Write down how we deploy and roll back", [], "ready"),
+    ("Split the monolith's billing module", "Extract billing into its own package", ["No import cycles"], "ready"),
+    ("Fix timezone bug in weekly reports", "Reports must use the customer's timezone", ["Report dates match"], "ready"),
+    ("Choose a message broker", "Pick a broker for the event bus", ["Decision recorded"], "waiting"),
+    ("Migrate CI to the new runners", "Run CI on the new runner pool", ["Pipeline green"], "needs_attention"),
+    ("Rotate the staging credentials", "Replace all staging secrets", ["Old secrets revoked"], "done"),
+    ("Prototype dark mode", "Explore a dark theme for the dashboard", [], "cancelled"),
+    ("Plan Q1 performance work", "Collect candidates for performance work", [], "draft"),
+]
+
+
+def _completed(criteria, **extra):
+    return {"outcome": "completed", "summary": "Seeded by the demo", "evidence": ["demo seed"],
+            "acceptance_checks": [{"criterion": c, "status": "passed", "evidence": "demo"} for c in criteria], **extra}
+
+
+def seed_items(stdout=None) -> int:
+    if WorkItem.objects.filter(origin__created_by="demo").exists():
+        return 0
+    count = 0
+    # items the seed drives come first, while no other work is claimable
+    driven = ("waiting", "needs_attention", "done")
+    ordered = [s for s in SEED if s[3] in driven] + [s for s in SEED if s[3] not in driven]
+    for title, goal, criteria, target in ordered:
+        item = services.work_item_create(title=title, goal=goal, acceptance_criteria=criteria,
+                                         start=target != "draft", origin={"created_by": "demo"},
+                                         work_item_type="software-change" if target in ("waiting", "needs_attention", "done") else None,
+                                         actor="user:lead")
+        count += 1
+        if target in ("ready", "draft"):
+            continue
+        if target == "cancelled":
+            services.work_item_cancel(item_id=item.pk, actor="user:lead")
+            continue
+        # drive it with the service layer, as a worker would
+        while True:
+            claim = services.action_claim(owner_boot_id=BOOT)
+            if claim is None or claim.work_item.pk != item.pk:
+                if claim is not None:
+                    services.run_interrupt(run_id=claim.run.pk, owner_boot_id=BOOT, lease_epoch=claim.run.lease_epoch,
+                                           reason="demo seed")
+                break
+            fence = dict(run_id=claim.run.pk, owner_boot_id=BOOT, lease_epoch=claim.run.lease_epoch)
+            stage = claim.action.effective_stage_id
+            if target == "waiting" and stage == "implement":
+                services.run_submit(**fence, result={"outcome": "waiting",
+                                                     "waiting_reason": "Kafka or RabbitMQ? Both fit the load."})
+                break
+            if target == "needs_attention" and stage == "implement":
+                services.run_submit(**fence, result={"outcome": "failed", "error": "Runner image lacks docker"})
+                break
+            extra = {"review_decision": "approved"} if claim.action.type == "review" else {}
+            services.run_submit(**fence, result=_completed(criteria, **extra))
+            if WorkItem.objects.get(pk=item.pk).status == "done":
+                break
+    return count
+
+
+def ensure_users():
+    User = get_user_model()
+    lead, _ = User.objects.get_or_create(username=LEAD[0], defaults={"first_name": "Team", "last_name": "Lead"})
+    lead.set_password(LEAD[1])
+    lead.save()
+    lead.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label="workcenter", codename__in=["view_workitem", "change_workitem"]))
+    admin, _ = User.objects.get_or_create(username=ADMIN[0], defaults={"is_staff": True, "is_superuser": True})
+    admin.is_staff = admin.is_superuser = True
+    admin.set_password(ADMIN[1])
+    admin.save()
+
+
+class Command(BaseCommand):
+    help = "Migrate, create demo users and work items, start the web server and simulated workers."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--no-workers", action="store_true")
+        parser.add_argument("--workers", type=int, default=2)
+        parser.add_argument("--no-serve", action="store_true", help="prepare the database and exit")
+
+    def handle(self, *args, **opts):
+        call_command("migrate", verbosity=0)
+        ensure_users()
+        n = seed_items()
+        self.stdout.write(f"Database ready ({settings.DATABASES['default']['NAME']}); {n} demo work items created.")
+        if opts["no_serve"]:
+            return
+        env = dict(os.environ)
+        env.setdefault("WORKCENTER_SIM_SCALE", "2.0")
+        procs = [subprocess.Popen([sys.executable, "-m", "daphne", "-b", opts["host"], "-p", str(opts["port"]),
+                                   "workcenter.asgi:application"], env=env)]
+        if not opts["no_workers"]:
+            for _ in range(max(0, opts["workers"])):
+                procs.append(subprocess.Popen([sys.executable, "manage.py", "workcenter_worker", "--concurrency", "3",
+                                               "--poll-ms", "1000", "--lease-ms", "20000"], env=env,
+                                              cwd=str(settings.BASE_DIR)))
+        url = f"http://{opts['host']}:{opts['port']}/"
+        self.stdout.write(self.style.SUCCESS(f"\nWork Center is live at {url}"))
+        self.stdout.write(f"  API docs:  {url}api/v1/docs")
+        self.stdout.write(f"  Sign in as the team lead: {LEAD[0]} / {LEAD[1]}   (admin: {ADMIN[0]} / {ADMIN[1]}, {url}admin/)")
+        self.stdout.write("  Press Ctrl-C to stop.\n")
+        self.stdout.flush()
+        stopping = False
+
+        def stop(*_):
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        try:
+            while not stopping and all(p.poll() is None for p in procs[:1]):
+                time.sleep(0.5)
+        finally:
+            for p in reversed(procs):
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
