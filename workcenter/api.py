@@ -6,14 +6,18 @@ the domain's stable codes to HTTP statuses (API.md §0).
 """
 from __future__ import annotations
 
+import json
+
+from django.db import DataError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Query, Router
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
 from ninja.responses import Status
 
 from . import selectors, services
 from .auth import CHANGE, DEFINE_WORKFLOWS, RUN_ACTIONS, VIEW, actor_of, api_auth
-from .errors import StaleRun, WorkcenterError
+from .errors import InvalidInput, StaleRun, WorkcenterError
 from .schemas import (
     ActionResultOut,
     ClaimIn,
@@ -67,6 +71,51 @@ ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 422: ErrorOut}
 ITEM_ERRORS = {**ERRORS, 404: ErrorOut, 409: ErrorOut}
 WORKER_ERRORS = {**ERRORS, 409: ErrorOut}
 
+def _unstorable_text(value, path: str = "") -> str | None:
+    """The path of the first string no database can store (NUL, lone surrogates), else None."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return path or "body"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "body"
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _unstorable_text(key, path or str(key)) or _unstorable_text(item, path or str(key))
+            if found:
+                return found
+    elif isinstance(value, list):
+        for item in value:
+            found = _unstorable_text(item, path)
+            if found:
+                return found
+    return None
+
+
+def _refuse_unstorable(field: str) -> InvalidInput:
+    return InvalidInput("text must not contain NUL (0x00) characters or invalid Unicode", fields=[field])
+
+
+class StrictTextParser(Parser):
+    """JSON and query strings, refusing text PostgreSQL cannot store (422, not a driver error)."""
+
+    def parse_body(self, request: HttpRequest):
+        data = json.loads(request.body)
+        field = _unstorable_text(data)
+        if field:
+            raise _refuse_unstorable(field)
+        return data
+
+    def parse_querydict(self, data, list_fields, request: HttpRequest):
+        for key, values in data.lists():
+            field = _unstorable_text(values, key)
+            if field:
+                raise _refuse_unstorable(field)
+        return super().parse_querydict(data, list_fields, request)
+
+
 api = NinjaAPI(
     title="Work Center API",
     version="1",
@@ -74,6 +123,7 @@ api = NinjaAPI(
                 "Authenticate with `Authorization: Bearer <token>` (see `manage.py create_api_token`) "
                 "or a signed-in browser session (unsafe methods need the CSRF token).",
     urls_namespace="api",
+    parser=StrictTextParser(),
 )
 
 
@@ -97,12 +147,14 @@ def _validation_errors(errors: list[dict]) -> list[dict]:
 
 
 def _error_of(exc: Exception) -> tuple[int, dict]:
+    if isinstance(exc, HttpError) and isinstance(exc.__cause__, WorkcenterError):
+        exc = exc.__cause__  # ninja wraps every body-parser error in a 400; ours carry their own code
     if isinstance(exc, WorkcenterError):
         return STATUS_BY_CODE.get(exc.code, 400), _error_body(exc.code, exc.message, exc.extra)
     if isinstance(exc, ValidationError):
         errors = _validation_errors(exc.errors)
         detail = "; ".join(f'{e["field"]}: {e["message"]}' for e in errors)
-        return 422, _error_body("invalid_input", f"Invalid input — {detail}", {"errors": errors})
+        return 422, _error_body("invalid_input", f"Invalid input: {detail}", {"errors": errors})
     if isinstance(exc, AuthenticationError):
         return 401, _error_body("not_authenticated", "authentication required: send 'Authorization: Bearer "
                                                      "<token>' or sign in")
@@ -114,6 +166,9 @@ def _error_of(exc: Exception) -> tuple[int, dict]:
         return exc.status_code, _error_body(code, message)
     if isinstance(exc, Http404):
         return 404, _error_body("not_found", str(exc) or "not found")
+    if isinstance(exc, (ValueError, DataError)) and ("NUL" in str(exc) or isinstance(exc, UnicodeError)):
+        # a path parameter the database cannot compare (bodies and queries are checked earlier)
+        return 422, _error_body("invalid_input", "text must not contain NUL (0x00) characters or invalid Unicode")
     raise exc
 
 
@@ -123,7 +178,7 @@ def api_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     return api.create_response(request, body, status=status)
 
 
-for _exc in (WorkcenterError, ValidationError, HttpError, Http404):
+for _exc in (WorkcenterError, ValidationError, HttpError, Http404, ValueError, DataError):
     api.add_exception_handler(_exc, api_error)
 
 
@@ -310,7 +365,8 @@ def run_interrupt(request, run_id: str, payload: InterruptIn):
 @worker.post("/recoveries", response={200: RecoveryOut, **WORKER_ERRORS})
 def runs_recover(request, payload: RecoveryIn):
     """One recovery pass (DOMAIN §9.2) on behalf of the worker with this boot id."""
-    return {"recovered": services.runs_recover(current_boot_id=payload.owner_boot_id)}
+    return {"recovered": services.runs_recover(current_boot_id=payload.owner_boot_id,
+                                               expired_only=payload.expired_only)}
 
 
 @worker.post("/runs/{run_id}/integration", response={200: ActionResultOut, **WORKER_ERRORS})

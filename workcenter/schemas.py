@@ -7,6 +7,7 @@ are typed `Any` on purpose: DOMAIN §7.2 turns bad values into defaults or faile
 """
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Optional
 
@@ -27,6 +28,13 @@ def iso_ms(value: datetime | None) -> str | None:
 
 
 Timestamp = Annotated[datetime, PlainSerializer(iso_ms, return_type=str)]
+
+# Integers that reach the database or a datetime stay inside what both can hold: a huge epoch,
+# revision, event id or duration is refused with 422 instead of overflowing into a 500.
+MAX_INT32 = 2**31 - 1
+MAX_INT64 = 2**63 - 1
+Int32 = Annotated[int, Field(ge=0, le=MAX_INT32)]
+DurationMs = Annotated[int, Field(gt=0, le=MAX_INT32, description="milliseconds (at most 2^31-1, ~24.8 days)")]
 
 WorkItemStatusName = Literal["draft", "ready", "running", "waiting", "needs_attention", "done", "cancelled"]
 
@@ -355,7 +363,7 @@ class UpdateWorkItemIn(Schema):
     goal: Optional[str] = None
     acceptance_criteria: Optional[list[str]] = None
     work_dir: Optional[str] = None
-    expected_revision: Optional[int] = Field(None, description="refuse with 409 revision_conflict when the "
+    expected_revision: Optional[Int32] = Field(None, description="refuse with 409 revision_conflict when the "
                                                                "item's revision differs")
 
     @field_validator("work_dir", mode="before")
@@ -372,7 +380,7 @@ class RetryIn(Schema):
 
 class GuidanceIn(Schema):
     action_id: str
-    revision: int
+    revision: Int32
     guidance: str
 
 
@@ -384,25 +392,47 @@ class WorkItemListQuery(Schema):
 
 
 class EventsQuery(Schema):
-    after_id: int = Field(0, ge=0)
+    after_id: int = Field(0, ge=0, le=MAX_INT64)
     limit: int = Field(200, ge=1, le=1000)
 
 
 class _Fence(Schema):
     owner_boot_id: str = Field(..., min_length=1)
-    lease_epoch: int
+    lease_epoch: Int32
 
 
 class ClaimIn(Schema):
     owner_boot_id: str = Field(..., min_length=1)
-    lease_ms: int = Field(60_000, gt=0)
+    lease_ms: DurationMs = 60_000
 
 
 class RenewIn(_Fence):
-    lease_ms: int = Field(60_000, gt=0)
+    lease_ms: DurationMs = 60_000
 
 
 _COUNTER_DOC = "execution counter; non-numeric or negative values are stored as 0"
+
+
+def _counter_too_large(value: Any) -> bool:
+    """Would DOMAIN §12.1 normalisation keep a number the 64-bit counter columns cannot store?"""
+    if value is None or isinstance(value, bool):
+        return False
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return False
+    return isinstance(number, (int, float)) and math.isfinite(number) and number > MAX_INT64
+
+
+def _check_counters(values: Any) -> Any:
+    if isinstance(values, dict):
+        counters = {f.replace("_", "") for f in COUNTER_FIELDS}
+        for key, value in values.items():
+            if isinstance(key, str) and key.replace("_", "").lower() in counters and _counter_too_large(value):
+                raise ValueError(f"{key} is larger than {MAX_INT64}")
+    return values
 
 
 class _Counters(Schema):
@@ -414,6 +444,13 @@ class _Counters(Schema):
     cache_read_tokens: Any = Field(None, description=_COUNTER_DOC)
     cache_write_tokens: Any = Field(None, description=_COUNTER_DOC)
     total_tokens: Any = Field(None, description=_COUNTER_DOC)
+
+    @field_validator(*COUNTER_FIELDS, mode="before")
+    @classmethod
+    def _counter_fits(cls, value: Any) -> Any:
+        if _counter_too_large(value):
+            raise ValueError(f"a counter must be at most {MAX_INT64}")
+        return value
 
 
 class ProgressIn(_Fence, _Counters):
@@ -437,11 +474,18 @@ class SubmitIn(_Fence, _Counters):
 
 class InterruptIn(_Fence):
     reason: Optional[str] = None
-    final_progress: Optional[dict[str, Any]] = None
+    final_progress: Optional[dict[str, Any]] = Field(None, description="last progress: response, counters, checkpoint")
+
+    @field_validator("final_progress")
+    @classmethod
+    def _counters_fit(cls, value: Any) -> Any:
+        return _check_counters(value)
 
 
 class RecoveryIn(Schema):
     owner_boot_id: str = Field(..., min_length=1)
+    # Workers that share a store pass true: only expired leases are recovered, never a live peer's.
+    expired_only: bool = False
 
 
 class IntegrationWorkspaceIn(_Fence):
@@ -449,7 +493,7 @@ class IntegrationWorkspaceIn(_Fence):
 
 
 class ReservationIn(_Fence):
-    reservation_ms: Optional[int] = Field(None, gt=0, description="at least 10 000; default 300 000")
+    reservation_ms: Optional[DurationMs] = Field(None, description="at least 10 000; default 300 000")
 
 
 class IntegrationFinishIn(_Fence):
