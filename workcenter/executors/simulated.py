@@ -5,7 +5,9 @@ configurable durations (`WORKCENTER_SIM_SCALE`, a multiplier of the base 0.6–2
 mix: planning triage picks one of four plans (parallel research branches, isolated writes with an
 integration, an implement → review loop whose review requests changes once, or the
 software-change template); reviews request changes once, then approve; now and then an action
-asks the user a question (waiting), fails, or asks for a retry.
+asks the user a question (waiting), fails, or asks for a retry (`WORKCENTER_SIM_RATES` =
+"failure,waiting,retry" probabilities). A title or goal containing `[sim:waiting]` or `[sim:fail]`
+scripts that outcome for the item's first non-triage action.
 """
 from __future__ import annotations
 
@@ -57,6 +59,9 @@ class SimulatedExecutor:
                  retry_rate: float = 0.06):
         env = os.environ.get("WORKCENTER_SIM_SCALE")
         self.scale = float(scale if scale is not None else (env if env else 1.0))
+        rates = os.environ.get("WORKCENTER_SIM_RATES")  # "failure,waiting,retry", e.g. "0,0,0"
+        if rates:
+            failure_rate, waiting_rate, retry_rate = (float(x) for x in rates.split(","))
         self.failure_rate, self.waiting_rate, self.retry_rate = failure_rate, waiting_rate, retry_rate
 
     def execute(self, task: dict, report: Callable[[dict], bool], stop: threading.Event) -> dict:
@@ -90,6 +95,11 @@ class SimulatedExecutor:
         first_attempt = (action.get("attempt") or 1) == 1
         answered = any(e.get("answer") for e in context if isinstance(e, dict))
         roll = rng.random()
+        script = f"{item.get('title', '')} {item.get('goal', '')}"
+        if atype != "triage" and not answered and "[sim:waiting]" in script:
+            return {**base, "outcome": "waiting", "waiting_reason": "The script of this item asks for an answer"}
+        if atype != "triage" and "[sim:fail]" in script:
+            return {**base, "outcome": "failed", "error": "The script of this item fails here"}
         if atype not in ("triage",) and first_attempt and not answered:
             if roll < self.failure_rate:
                 return {**base, "outcome": "failed", "error": f"Simulated failure in {action.get('stage_id')}"}
