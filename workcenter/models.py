@@ -12,16 +12,7 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
-COUNTER_FIELDS = (
-    "llm_request_count",
-    "loop_count",
-    "tool_count",
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "total_tokens",
-)
+from .constants import COUNTER_FIELDS  # noqa: E402,F401  (re-exported)
 
 
 class WorkItemStatus(models.TextChoices):

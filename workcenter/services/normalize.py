@@ -41,16 +41,7 @@ __all__ = [
 # Constants
 # ---------------------------------------------------------------------------------------------
 
-COUNTER_FIELDS: tuple[str, ...] = (
-    "llm_request_count",
-    "loop_count",
-    "tool_count",
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "total_tokens",
-)
+from workcenter.constants import COUNTER_FIELDS  # noqa: E402,F401  (re-exported)
 
 RESPONSE_CAP = 65536
 

@@ -1,0 +1,13 @@
+"""Names shared by the models and the pure service modules (no Django imports here)."""
+
+# The eight per-run execution counters of DOMAIN §12.1.
+COUNTER_FIELDS: tuple[str, ...] = (
+    "llm_request_count",
+    "loop_count",
+    "tool_count",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "total_tokens",
+)
