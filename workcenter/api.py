@@ -71,6 +71,9 @@ ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 422: ErrorOut}
 ITEM_ERRORS = {**ERRORS, 404: ErrorOut, 409: ErrorOut}
 WORKER_ERRORS = {**ERRORS, 409: ErrorOut}
 
+
+# --- parsing -------------------------------------------------------------------------------------
+
 def _unstorable_text(value, path: str = "") -> str | None:
     """The path of the first string no database can store (NUL, lone surrogates), else None."""
     if isinstance(value, str):

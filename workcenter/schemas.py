@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Optional
 
 from ninja import Field, Schema
-from pydantic import PlainSerializer, field_validator
+from pydantic import PlainSerializer, WithJsonSchema, field_validator
 
 from .models import COUNTER_FIELDS
 
@@ -27,7 +27,11 @@ def iso_ms(value: datetime | None) -> str | None:
     return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 
-Timestamp = Annotated[datetime, PlainSerializer(iso_ms, return_type=str)]
+Timestamp = Annotated[
+    datetime,
+    PlainSerializer(iso_ms, return_type=str),
+    WithJsonSchema({"type": "string", "format": "date-time", "example": "2026-12-02T12:00:00.123Z"}),
+]
 
 # Integers that reach the database or a datetime stay inside what both can hold: a huge epoch,
 # revision, event id or duration is refused with 422 instead of overflowing into a 500.

@@ -1,6 +1,8 @@
 """Reads (DOMAIN §12.10): lists, details, events, execution statistics."""
 from __future__ import annotations
 
+import re
+
 from django.db.models import Count, Max, Q, Sum
 
 from .errors import NotFound
@@ -42,6 +44,9 @@ def action_counts_by_item(item_ids: list[str]) -> dict[str, dict]:
     return out
 
 
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.:@-]+")
+
+
 def work_item_list(*, status: str | None = None, session_id: str | None = None, search: str | None = None,
                    limit=None) -> tuple[list[WorkItem], int]:
     """Items newest `updated_at` first with execution stats; returns (page, total matching)."""
@@ -52,7 +57,11 @@ def work_item_list(*, status: str | None = None, session_id: str | None = None, 
         qs = qs.filter(Q(title__icontains=search) | Q(goal__icontains=search))
     items = qs.order_by("-updated_at", "pk")
     if session_id:
-        # exact match on origin.session_id or an element of linked_session_ids (JSON, portable check)
+        # exact match on origin.session_id or an element of linked_session_ids, checked in Python
+        # (portable across SQLite and PostgreSQL); a plain id first narrows the rows in SQL by
+        # substring, which JSON escaping cannot hide for such ids
+        if _PLAIN_ID.fullmatch(session_id):
+            items = items.filter(Q(origin__session_id=session_id) | Q(linked_session_ids__icontains=session_id))
         matched = [i for i in items if (i.origin or {}).get("session_id") == session_id
                    or session_id in (i.linked_session_ids or [])]
         total = len(matched)

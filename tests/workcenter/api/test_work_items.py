@@ -396,3 +396,14 @@ def test_events_bad_query_is_422(api, params):
     item = api.create()
     _error(api.get("/events", params), 422, "invalid_input")
     _error(api.get(f"/work-items/{item['id']}/events", params), 422, "invalid_input")
+
+
+@pytest.mark.parametrize("session", ["sess-1", "Sitzung «ü» \"q\""])
+def test_list_session_filter_matches_origin_or_linked_ids_exactly(api, session):
+    by_origin = api.create(title="origin", origin={"session_id": session})
+    by_link = api.create(title="linked", linked_session_ids=["other", session])
+    api.create(title="prefix only", linked_session_ids=[session + "x"], origin={"session_id": "x" + session})
+    api.create(title="none")
+    body = api.get("/work-items", {"session_id": session}).json()
+    assert body["count"] == 2
+    assert {i["id"] for i in body["items"]} == {by_origin["id"], by_link["id"]}
