@@ -1,0 +1,402 @@
+#!/usr/bin/env python3
+"""Claim/submit benchmark of the store (issue 2, point 6). A benchmark, not a test.
+
+    python bench/claims.py [--items N] [--db sqlite|postgres] [--workers W] [--json] [--profile]
+
+1. Throughput: creates N work items whose workflow is a 6-stage graph
+       a -> b, a -> c, b -> d, c -> d, d -> e -> f      (b and c in parallel)
+   in the state a completed planning triage leaves them (graph snapshot, ready actions, claim
+   flags computed by `sync_claimable`), then W worker processes drive
+   `services.action_claim` -> `services.run_submit(completed)` until every item is done.
+   Each call is timed with perf_counter.
+2. Flat cost: with 100, 1,000 and 10,000 actions that are ready but blocked by an unfinished
+   dependency (the stage they depend on is running, held by a claim of this benchmark), times
+   200 claims of fresh single-action items (each claim is followed by an untimed submit).
+
+`--db sqlite` uses a fresh temporary SQLite file. `--db postgres` uses DATABASE_URL
+(default postgres://postgres@127.0.0.1:5432/workcenter_bench) and drops and recreates that
+database first (refused unless its name contains "bench"). With `--json` the last line printed
+is one JSON object with the figures.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import queue
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/workcenter_bench"
+BOOT_HOLDER = "bench-holder"
+LONG_LEASE_MS = 3_600_000
+RESULT = {"outcome": "completed", "summary": "ok", "evidence": ["bench"], "acceptance_checks": []}
+GRAPH = [  # (stage id, depends on)
+    ("a", []),
+    ("b", ["a"]),
+    ("c", ["a"]),
+    ("d", ["b", "c"]),
+    ("e", ["d"]),
+    ("f", ["e"]),
+]
+BLOCKED_PER_ITEM = 100
+BLOCKED_LEVELS = (100, 1_000, 10_000)
+LATENCY_CLAIMS = 200
+BATCH_ITEMS = 100
+MAX_EMPTY_RETRIES = 50  # a worker that finds nothing sleeps 2 ms and retries while items are unfinished
+
+
+def django_setup() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workcenter.settings")
+    # Production-like: with DEBUG on, Django records every query (CursorDebugWrapper).
+    os.environ.setdefault("DJANGO_DEBUG", "0")
+    import django
+
+    django.setup()
+
+
+# --------------------------------------------------------------------------- database set-up
+
+
+def prepare_database(db: str) -> tempfile.TemporaryDirectory | None:
+    """Point DATABASE_URL at a fresh database (before django.setup; children inherit it)."""
+    if db == "sqlite":
+        tmp = tempfile.TemporaryDirectory(prefix="wc-bench-")
+        os.environ["DATABASE_URL"] = f"sqlite:///{Path(tmp.name) / 'bench.sqlite3'}"
+        return tmp
+    url = os.environ.get("DATABASE_URL") or DEFAULT_PG_URL
+    if not url.startswith(("postgres://", "postgresql://", "pgsql://")):
+        sys.exit(f"--db postgres needs a PostgreSQL DATABASE_URL, got {url!r}")
+    import dj_database_url
+    import psycopg
+    from psycopg import sql
+
+    cfg = dj_database_url.parse(url)
+    name = cfg["NAME"]
+    if "bench" not in name:
+        sys.exit(f"refusing to drop and recreate database {name!r}: its name must contain 'bench'")
+    with psycopg.connect(host=cfg["HOST"] or None, port=cfg["PORT"] or None, user=cfg["USER"] or None,
+                         password=cfg["PASSWORD"] or None, dbname="postgres", autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    os.environ["DATABASE_URL"] = url
+    return None
+
+
+# --------------------------------------------------------------------------- building items
+
+
+class Builder:
+    """Creates graph items as a completed planning triage leaves them, in batched transactions.
+
+    Stage definitions are normalised by the store's own workflow code and action fields come
+    from `common.stage_fields` (the same rendering the services use), computed once per shape.
+    """
+
+    def __init__(self):
+        from workcenter.services import workflows
+
+        self.workflows = workflows
+        self.title, self.goal = "Bench item", "Exercise claim and submit"
+        self.shapes: dict[str, tuple[dict, list[dict]]] = {}
+
+    def shape(self, name: str, stages: list[tuple[str, list[str]]]):
+        if name in self.shapes:
+            return self.shapes[name]
+        from workcenter.models import WorkItem
+        from workcenter.services import common
+
+        wf = self.workflows
+        snap = wf.planning_snapshot(wf.default_workflows(), None)
+        snap["stages"] = [
+            wf.normalize_stage({"id": sid, "type": "research", "objective": f"Bench stage {sid}",
+                                "depends_on_stage_ids": deps}, i, planning_mode="ai")
+            for i, (sid, deps) in enumerate(stages)
+        ]
+        snap.update(id=f"bench-{name}", name=f"Bench {name}", execution_mode="graph", work_item_type="bench",
+                    action_templates=[])
+        probe = WorkItem(title=self.title, goal=self.goal, acceptance_criteria=[], workflow_snapshot=snap)
+        fields = [common.stage_fields(probe, stage, []) for stage in snap["stages"]]
+        self.shapes[name] = (snap, fields)
+        return self.shapes[name]
+
+    def create(self, name: str, stages: list[tuple[str, list[str]]], count: int) -> list[str]:
+        from django.db import transaction
+        from django.utils import timezone
+
+        from workcenter.models import Action, WorkItem, WorkItemStatus, new_id
+        from workcenter.services import common
+
+        snap, fields = self.shape(name, stages)
+        ids: list[str] = []
+        for start in range(0, count, BATCH_ITEMS):
+            n = min(BATCH_ITEMS, count - start)
+            with transaction.atomic():
+                now = timezone.now()
+                items, actions_by_item = [], []
+                for _ in range(n):
+                    acts = [
+                        Action(id=new_id(), work_item_id="", sequence=i + 1, contract_revision=1,
+                               status="ready", claimable=False, created_at=now, updated_at=now, **f)
+                        for i, f in enumerate(fields)
+                    ]
+                    item = WorkItem(id=new_id(), title=self.title, goal=self.goal, acceptance_criteria=[],
+                                    workflow_template=f"bench-{name}", workflow_snapshot=snap,
+                                    status=WorkItemStatus.READY, current_action_id=acts[0].id,
+                                    created_at=now, updated_at=now)
+                    for a in acts:
+                        a.work_item_id = item.id
+                    items.append(item)
+                    actions_by_item.append(acts)
+                WorkItem.objects.bulk_create(items)
+                Action.objects.bulk_create([a for acts in actions_by_item for a in acts])
+                for item, acts in zip(items, actions_by_item):
+                    common.sync_claimable(item, acts)
+            ids.extend(i.id for i in items)
+        return ids
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+def unfinished_graph_items() -> bool:
+    from workcenter.models import WorkItem
+
+    return WorkItem.objects.filter(workflow_template="bench-graph").exclude(status="done").exists()
+
+
+def drive(boot: str) -> dict:
+    """Claim -> submit(completed) until nothing is left. Returns the timings."""
+    from workcenter import services
+
+    claims: list[float] = []
+    submits: list[float] = []
+    empty = 0
+    perf = time.perf_counter
+    while True:
+        t0 = perf()
+        c = services.action_claim(owner_boot_id=boot, lease_ms=LONG_LEASE_MS)
+        t1 = perf()
+        if c is None:
+            if empty < MAX_EMPTY_RETRIES and unfinished_graph_items():
+                empty += 1
+                time.sleep(0.002)
+                continue
+            break
+        empty = 0
+        claims.append(t1 - t0)
+        t0 = perf()
+        services.run_submit(run_id=c.run.pk, owner_boot_id=boot, lease_epoch=c.run.lease_epoch, result=RESULT)
+        submits.append(perf() - t0)
+    return {"claims": claims, "submits": submits}
+
+
+def worker_main(idx: int, ready_q, start_evt, result_q) -> None:
+    """A worker process (spawn): own Django set-up, own connection."""
+    try:
+        django_setup()
+        from django.db import connections
+
+        connections.close_all()
+        from workcenter.models import WorkItem
+
+        WorkItem.objects.exists()  # open the connection before the clock starts
+        ready_q.put(idx)
+        start_evt.wait()
+        out = drive(f"bench-w{idx}-{os.getpid()}")
+        out["end"] = time.monotonic()
+        result_q.put(out)
+    except BaseException as exc:  # report instead of hanging the parent
+        import traceback
+
+        result_q.put({"error": f"worker {idx}: {exc!r}\n{traceback.format_exc()}"})
+        try:
+            ready_q.put(idx)
+        except Exception:
+            pass
+
+
+def run_workers(workers: int) -> tuple[dict, float]:
+    ctx = mp.get_context("spawn")
+    ready_q, result_q, start_evt = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=worker_main, args=(i, ready_q, start_evt, result_q)) for i in range(workers)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready_q.get(timeout=120)
+    t_start = time.monotonic()
+    start_evt.set()
+    results, errors = [], []
+    for _ in procs:
+        try:
+            r = result_q.get(timeout=3600)
+        except queue.Empty:
+            errors.append("a worker sent no result within an hour")
+            break
+        (errors.append(r["error"]) if "error" in r else results.append(r))
+    for p in procs:
+        p.join(timeout=60)
+        if p.is_alive():
+            p.terminate()
+    if errors:
+        sys.exit("benchmark worker failed:\n" + "\n".join(errors))
+    merged = {"claims": [x for r in results for x in r["claims"]],
+              "submits": [x for r in results for x in r["submits"]]}
+    return merged, max(r["end"] for r in results) - t_start
+
+
+def run_in_process(profile: bool) -> tuple[dict, float]:
+    if not profile:
+        t0 = time.monotonic()
+        out = drive("bench-w0-inproc")
+        return out, time.monotonic() - t0
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    t0 = time.monotonic()
+    out = prof.runcall(drive, "bench-w0-inproc")
+    wall = time.monotonic() - t0
+    print("\n--- cProfile of the claim/submit loop (top 15 by cumulative time; profiling slows it down) ---")
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(15)
+    return out, wall
+
+
+def check_throughput_state(n_items: int) -> None:
+    from workcenter.models import Action, Run, WorkItem
+
+    items = WorkItem.objects.filter(workflow_template="bench-graph")
+    not_done = items.exclude(status="done").count()
+    done_actions = Action.objects.filter(work_item__workflow_template="bench-graph", status="completed").count()
+    runs = Run.objects.filter(work_item__workflow_template="bench-graph").count()
+    want = n_items * len(GRAPH)
+    if not_done or done_actions != want or runs != want:
+        sys.exit(f"benchmark state is wrong: {not_done} items not done, {done_actions}/{want} actions "
+                 f"completed, {runs} runs")
+
+
+def hold_blockers(count: int) -> None:
+    """Claim (and keep running) the root stage of each new blocker item."""
+    from workcenter import services
+
+    for _ in range(count):
+        c = services.action_claim(owner_boot_id=BOOT_HOLDER, lease_ms=LONG_LEASE_MS)
+        if c is None or c.work_item.workflow_template != "bench-blocker" or c.action.stage_id != "root":
+            sys.exit(f"unexpected claim while holding blockers: {c!r}")
+
+
+def latency_by_blocked(builder: Builder) -> dict[str, float]:
+    from workcenter import services
+    from workcenter.models import Action
+
+    blocker_shape = [("root", [])] + [(f"w{i:03d}", ["root"]) for i in range(BLOCKED_PER_ITEM)]
+    out: dict[str, float] = {}
+    have = 0
+    for level in BLOCKED_LEVELS:
+        new_items = (level - have) // BLOCKED_PER_ITEM
+        builder.create("blocker", blocker_shape, new_items)
+        hold_blockers(new_items)
+        have = level
+        blocked = Action.objects.filter(work_item__workflow_template="bench-blocker", status="ready",
+                                        claimable=False).count()
+        if blocked != level or Action.objects.filter(claimable=True).exists():
+            sys.exit(f"blocked set-up is wrong: {blocked} blocked actions (want {level})")
+        builder.create("single", [("s", [])], LATENCY_CLAIMS)
+        times = []
+        perf = time.perf_counter
+        for _ in range(LATENCY_CLAIMS):
+            t0 = perf()
+            c = services.action_claim(owner_boot_id="bench-latency", lease_ms=LONG_LEASE_MS)
+            times.append(perf() - t0)
+            if c is None:
+                sys.exit("latency phase: claim returned None")
+            services.run_submit(run_id=c.run.pk, owner_boot_id="bench-latency", lease_epoch=c.run.lease_epoch,
+                                result=RESULT)
+        out[str(level)] = ms(pct(times, 0.5))
+        print(f"  {level:>6} blocked actions waiting: claim p50 {out[str(level)]:.3f} ms, "
+              f"p99 {ms(pct(times, 0.99)):.3f} ms ({LATENCY_CLAIMS} claims)")
+    return out
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--items", type=int, default=500, help="graph work items to drive (default 500)")
+    ap.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    ap.add_argument("--workers", type=int, default=1, help="concurrent worker processes (default 1)")
+    ap.add_argument("--json", action="store_true", help="print the figures as one JSON object, last line")
+    ap.add_argument("--profile", action="store_true",
+                    help="run the claim/submit loop in this process under cProfile (implies 1 worker)")
+    args = ap.parse_args(argv)
+    if args.items < 1 or args.workers < 1:
+        ap.error("--items and --workers must be positive")
+    workers = 1 if args.profile else args.workers
+
+    tmp = prepare_database(args.db)
+    try:
+        django_setup()
+        from django.core.management import call_command
+        from django.db import connection, connections
+
+        call_command("migrate", verbosity=0, interactive=False)
+        print(f"Work Center claim benchmark: {connection.vendor}, {args.items} items x {len(GRAPH)} actions, "
+              f"{workers} worker(s)")
+        builder = Builder()
+        t0 = time.monotonic()
+        builder.create("graph", GRAPH, args.items)
+        print(f"  set-up: {args.items} graph items in {time.monotonic() - t0:.2f} s")
+
+        connections.close_all()
+        if args.profile:
+            timings, wall = run_in_process(True)
+        else:
+            timings, wall = run_workers(workers)
+        check_throughput_state(args.items)
+        n = len(timings["claims"])
+        res = {
+            "actions_per_s": round(n / wall, 3),
+            "claim_p50_ms": ms(pct(timings["claims"], 0.5)),
+            "claim_p99_ms": ms(pct(timings["claims"], 0.99)),
+            "submit_p50_ms": ms(pct(timings["submits"], 0.5)),
+            "submit_p99_ms": ms(pct(timings["submits"], 0.99)),
+        }
+        print(f"  throughput: {n} actions claimed and completed in {wall:.2f} s = {res['actions_per_s']:.1f} actions/s")
+        print(f"  claim  p50 {res['claim_p50_ms']:.3f} ms  p99 {res['claim_p99_ms']:.3f} ms")
+        print(f"  submit p50 {res['submit_p50_ms']:.3f} ms  p99 {res['submit_p99_ms']:.3f} ms")
+
+        print("  claim latency with ready-but-blocked actions waiting:")
+        res["claim_p50_ms_by_blocked"] = latency_by_blocked(builder)
+        by = res["claim_p50_ms_by_blocked"]
+        ratio = by["10000"] / by["100"] if by["100"] else float("nan")
+        print(f"  ratio p50(10,000) / p50(100) = {ratio:.2f}")
+        connections.close_all()
+        if args.json:
+            print(json.dumps(res))
+        return 0
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
