@@ -56,8 +56,7 @@ def action_claim(
     """
     if not isinstance(owner_boot_id, str) or not owner_boot_id.strip():
         raise InvalidInput("owner_boot_id is required", fields=["owner_boot_id"])
-    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms <= 0:
-        raise InvalidInput("lease_ms must be a positive integer", fields=["lease_ms"])
+    common.check_duration(lease_ms, "lease_ms")
     actor = actor or f"worker:{owner_boot_id}"
     with store_transaction():
         now = resolve_now(now)

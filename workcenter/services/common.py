@@ -507,5 +507,17 @@ def counters_zero() -> dict:
     return {f: 0 for f in COUNTER_FIELDS}
 
 
+MAX_DURATION_MS = 2**31 - 1  # about 24.8 days: longer leases are input errors, not overflows
+
+
+def check_duration(value, field: str, *, allow_none: bool = False) -> None:
+    from ..errors import InvalidInput
+
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_DURATION_MS:
+        raise InvalidInput(f"{field} must be a positive integer of at most {MAX_DURATION_MS} ms", fields=[field])
+
+
 def lease_expiry(now: datetime, lease_ms: int) -> datetime:
     return now + timedelta(milliseconds=int(lease_ms))

@@ -23,7 +23,7 @@ class Reservation:
 
 
 def _iso(dt: datetime) -> str:
-    return dt.isoformat()
+    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _fenced(run_id, owner_boot_id, lease_epoch, action_id, now, *, require_live):
@@ -75,6 +75,7 @@ def integration_set_workspace(*, action_id: str | None, run_id: str, owner_boot_
 def integration_acquire(*, action_id: str | None, run_id: str, owner_boot_id: str, lease_epoch: int,
                         reservation_ms: int | None = DEFAULT_RESERVATION_MS, now: datetime | None = None) -> Reservation | None:
     """Reserve the prepared integration for finalization; the run's lease moves to the same expiry."""
+    common.check_duration(reservation_ms, "reservation_ms", allow_none=True)
     with store_transaction():
         now = resolve_now(now)
         lease = _fenced(run_id, owner_boot_id, lease_epoch, action_id, now, require_live=True)

@@ -157,13 +157,16 @@ def _trimmed_str(value: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+MAX_COUNTER = 2**63 - 1  # a 64-bit column; anything larger is invalid input, stored as 0
+
+
 def _counter_value(value: Any) -> int:
     if value is None or isinstance(value, bool):
         return 0
     if isinstance(value, int):
-        return value if value >= 0 else 0
+        return value if 0 <= value <= MAX_COUNTER else 0
     if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value) or value < 0:
+        if math.isnan(value) or math.isinf(value) or value < 0 or value > MAX_COUNTER:
             return 0
         return int(value)
     if isinstance(value, str):

@@ -40,8 +40,7 @@ def run_renew(*, run_id: str, owner_boot_id: str, lease_epoch: int, lease_ms: in
               now: datetime | None = None) -> Run | None:
     """Move the lease expiry to now + lease_ms; None when the fence (live lease) fails."""
     _check_triple(run_id, owner_boot_id, lease_epoch)
-    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms <= 0:
-        raise InvalidInput("lease_ms must be a positive integer", fields=["lease_ms"])
+    common.check_duration(lease_ms, "lease_ms")
     with store_transaction():
         now = resolve_now(now)
         lease, _ = common.load_lease(run_id, owner_boot_id, lease_epoch, now, require_live=True)

@@ -173,3 +173,11 @@ def test_action_claim_progress_revision_continues_from_earlier_runs(store):
     c2 = store.claim()
     # first run: 1 at claim, 2 after progress (interrupt without final progress adds nothing)
     assert c2.run.progress_revision == 3
+
+
+@pytest.mark.parametrize("lease_ms", [0, -1, True, 2**31, 10**15, "60000"])
+def test_action_claim_rejects_bad_lease(store, lease_ms):
+    store.linear()
+    with pytest.raises(InvalidInput):
+        services.action_claim(owner_boot_id="b", lease_ms=lease_ms, now=store.now())
+    assert Run.objects.count() == 0

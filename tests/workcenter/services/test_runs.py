@@ -446,3 +446,12 @@ def test_finalize_guard_follows_mode_at_claim_time(store):
     nxt = store.claim()
     assert nxt.action.type == "implement"
     assert store.item(item.pk).current_run_id == nxt.run.pk
+
+
+def test_run_progress_counter_overflow_is_stored_as_zero(store):
+    store.linear()
+    c = store.claim()
+    run = services.run_progress(**_args(c), progress={"loop_count": 10**20, "tool_count": 1e300,
+                                                      "input_tokens": "1e300", "output_tokens": 7}, now=store.now())
+    stored = Run.objects.get(pk=c.run.pk)
+    assert (stored.loop_count, stored.tool_count, stored.input_tokens, stored.output_tokens) == (0, 0, 0, 7)
