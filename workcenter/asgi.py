@@ -1,3 +1,4 @@
+"""ASGI entry point: `daphne workcenter.asgi:application` serves pages, API, static files and websockets."""
 import os
 
 from django.core.asgi import get_asgi_application
@@ -6,5 +7,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workcenter.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_asgi_app})
+# Static files (the docs' Swagger UI, later the dashboard's scripts) are served by the app itself,
+# so a single daphne process works offline without a separate web server.
+application = ProtocolTypeRouter({"http": ASGIStaticFilesHandler(django_asgi_app)})

@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "ninja",  # serves the API docs' Swagger UI from static files: the docs work offline
     "workcenter",
     "dashboard",
 ]
