@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""Claim/submit benchmark over HTTP (issue 3). A benchmark, not a test.
+
+    python bench/api.py [--url URL --token TOKEN] [--db sqlite|postgres] [--items N] [--workers W]
+                        [--servers K] [--no-compare] [--json]
+
+The same workload as bench/claims.py (whose set-up code it imports): N work items of the 6-stage
+graph  a -> b, a -> c, b -> d, c -> d, d -> e -> f  in the state a completed planning triage leaves
+them; then W client processes (multiprocessing spawn) loop
+    POST /api/v1/claims  ->  POST /api/v1/runs/{id}/submit (outcome completed)
+over keep-alive http.client connections until every action is done, timing each call
+(request sent until the body is read).
+
+Without --url it runs its own server: a fresh database (`--db sqlite`: a temporary SQLite file;
+`--db postgres`: postgres://postgres@127.0.0.1:5432/workcenter_apibench, dropped and recreated),
+`python manage.py migrate`, a user holding view_workitem/change_workitem/run_actions with an API
+token, and `python -m daphne workcenter.asgi:application` on a free port (one process by default;
+`--servers K` starts K daphne processes on K ports and spreads the clients over them; the output
+says so). With --url and --token it drives that server; the items are then created in the database
+named by DATABASE_URL, which must be the one that server uses (it is neither recreated nor migrated).
+
+For comparison it then runs `python bench/claims.py --db <db> --items N --workers W --json` (the
+service layer without HTTP, on the same database kind; its own database) and prints the ratio
+HTTP / service-layer throughput (target >= 0.5). With --json the last line printed is one JSON
+object {"actions_per_s", "claim_p50_ms", "claim_p99_ms", "submit_p50_ms", "submit_p99_ms"}.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing as mp
+import os
+import queue
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
+for p in (str(REPO), str(BENCH)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import claims as svcbench  # noqa: E402  (bench/claims.py: Builder, GRAPH, prepare_database, ...)
+
+PG_URL = "postgres://postgres@127.0.0.1:5432/workcenter_apibench"
+LONG_LEASE_MS = svcbench.LONG_LEASE_MS
+SUBMIT_BODY = dict(svcbench.RESULT)
+MAX_EMPTY_RETRIES = 500  # a client that gets 204 while actions remain sleeps 2 ms and retries
+SERVER_START_TIMEOUT = 60.0
+
+
+# --------------------------------------------------------------------------- server
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"daphne exited with {proc.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    sys.exit(f"daphne did not listen on port {port} within {SERVER_START_TIMEOUT:.0f} s")
+
+
+def start_servers(count: int, logdir: Path) -> tuple[list[subprocess.Popen], list[str]]:
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", DJANGO_DEBUG="0",
+               WORKCENTER_LOG_LEVEL="WARNING")
+    procs, urls = [], []
+    for i in range(count):
+        port = free_port()
+        log = logdir / f"daphne-{i}.log"
+        fh = open(log, "wb")
+        proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                                 "workcenter.asgi:application"], cwd=REPO, env=env, stdout=fh,
+                                stderr=subprocess.STDOUT)
+        fh.close()
+        procs.append(proc)
+        wait_for_port(port, proc, log)
+        urls.append(f"http://127.0.0.1:{port}")
+    return procs, urls
+
+
+def stop_servers(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def create_token() -> str:
+    from django.contrib.auth.models import Permission, User
+
+    from workcenter.auth import api_token_create
+
+    user, _ = User.objects.get_or_create(username="apibench")
+    perms = Permission.objects.filter(content_type__app_label="workcenter",
+                                      codename__in=["view_workitem", "change_workitem", "run_actions"])
+    if perms.count() != 3:
+        sys.exit("the workcenter permissions view_workitem/change_workitem/run_actions are missing")
+    user.user_permissions.set(perms)
+    _, raw = api_token_create(user=user, name=f"apibench-{os.getpid()}-{time.time_ns()}")
+    return raw
+
+
+def create_items(n: int) -> None:
+    builder = svcbench.Builder()
+    t0 = time.monotonic()
+    builder.create("graph", svcbench.GRAPH, n)
+    print(f"  set-up: {n} graph items in {time.monotonic() - t0:.2f} s")
+
+
+# --------------------------------------------------------------------------- clients
+
+
+class Client:
+    def __init__(self, url: str, token: str):
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+        self.https = parts.scheme == "https"
+        self.base = parts.path.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                        "Accept": "application/json", "Connection": "keep-alive"}
+        self.conn = None
+
+    def _connect(self):
+        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+        self.conn = cls(self.host, self.port, timeout=120)
+
+    def post(self, path: str, body: dict) -> tuple[int, bytes]:
+        data = json.dumps(body).encode()
+        for attempt in (0, 1):
+            if self.conn is None:
+                self._connect()
+            try:
+                self.conn.request("POST", self.base + path, body=data, headers=self.headers)
+                resp = self.conn.getresponse()
+                raw = resp.read()
+                if resp.will_close:
+                    self.conn.close()
+                    self.conn = None
+                return resp.status, raw
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                # the server closed an idle keep-alive connection: reconnect once
+                self.conn.close()
+                self.conn = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def drive(client: Client, boot: str, done, total: int | None) -> dict:
+    claims: list[float] = []
+    submits: list[float] = []
+    empty = 0
+    perf = time.perf_counter
+    claim_body = {"owner_boot_id": boot, "lease_ms": LONG_LEASE_MS}
+    while True:
+        t0 = perf()
+        status, raw = client.post("/api/v1/claims", claim_body)
+        t1 = perf()
+        if status == 204:
+            remaining = total is None or done.value < total
+            if remaining and empty < MAX_EMPTY_RETRIES:
+                empty += 1
+                time.sleep(0.002)
+                continue
+            break
+        if status != 201:
+            raise RuntimeError(f"claim: HTTP {status}: {raw[:500]!r}")
+        empty = 0
+        claims.append(t1 - t0)
+        run = json.loads(raw)["run"]
+        body = dict(SUBMIT_BODY, owner_boot_id=boot, lease_epoch=run["lease_epoch"])
+        t0 = perf()
+        status, raw = client.post(f"/api/v1/runs/{run['id']}/submit", body)
+        submits.append(perf() - t0)
+        if status != 200:
+            raise RuntimeError(f"submit: HTTP {status}: {raw[:500]!r}")
+        run_out = json.loads(raw)["run"]
+        if run_out.get("status") != "completed":
+            raise RuntimeError(f"submit: run ended {run_out.get('status')!r}: {run_out.get('error')!r}")
+        with done.get_lock():
+            done.value += 1
+    return {"claims": claims, "submits": submits}
+
+
+def worker_main(idx: int, url: str, token: str, total, ready_q, start_evt, result_q, done) -> None:
+    try:
+        client = Client(url, token)
+        client._connect()
+        client.conn.connect()  # open the TCP connection before the clock starts
+        ready_q.put(idx)
+        start_evt.wait()
+        out = drive(client, f"apibench-w{idx}-{os.getpid()}", done, total)
+        out["end"] = time.monotonic()
+        result_q.put(out)
+    except BaseException as exc:
+        import traceback
+
+        result_q.put({"error": f"client {idx}: {exc!r}\n{traceback.format_exc()}"})
+        try:
+            ready_q.put(idx)
+        except Exception:
+            pass
+
+
+def run_clients(workers: int, urls: list[str], token: str, total: int | None) -> tuple[dict, float]:
+    ctx = mp.get_context("spawn")
+    ready_q, result_q, start_evt = ctx.Queue(), ctx.Queue(), ctx.Event()
+    done = ctx.Value("q", 0)
+    procs = [ctx.Process(target=worker_main,
+                         args=(i, urls[i % len(urls)], token, total, ready_q, start_evt, result_q, done))
+             for i in range(workers)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready_q.get(timeout=120)
+    t_start = time.monotonic()
+    start_evt.set()
+    results, errors = [], []
+    for _ in procs:
+        try:
+            r = result_q.get(timeout=3600)
+        except queue.Empty:
+            errors.append("a client sent no result within an hour")
+            break
+        (errors.append(r["error"]) if "error" in r else results.append(r))
+    for p in procs:
+        p.join(timeout=60)
+        if p.is_alive():
+            p.terminate()
+    if errors:
+        sys.exit("benchmark client failed:\n" + "\n".join(errors))
+    merged = {"claims": [x for r in results for x in r["claims"]],
+              "submits": [x for r in results for x in r["submits"]]}
+    return merged, max(r["end"] for r in results) - t_start
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def service_layer(db: str, items: int, workers: int) -> dict | None:
+    """bench/claims.py on its own fresh database of the same kind; its JSON (last line)."""
+    env = dict(os.environ)
+    env.pop("DATABASE_URL", None)  # claims.py makes its own (temp SQLite / workcenter_bench)
+    cmd = [sys.executable, str(BENCH / "claims.py"), "--db", db, "--items", str(items),
+           "--workers", str(workers), "--json"]
+    print(f"\nService layer, same run: {' '.join(cmd[1:])}")
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    for line in proc.stdout.splitlines()[:-1]:
+        print(f"  | {line}")
+    if proc.returncode != 0:
+        print(f"  bench/claims.py failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        return None
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        print(f"  could not parse bench/claims.py output:\n{proc.stdout[-2000:]}")
+        return None
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--url", help="base URL of a running server (default: start daphne here)")
+    ap.add_argument("--token", help="API token holding run_actions (with --url)")
+    ap.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    ap.add_argument("--items", type=int, default=200, help="graph work items to drive (default 200)")
+    ap.add_argument("--workers", type=int, default=1, help="concurrent client processes (default 1)")
+    ap.add_argument("--servers", type=int, default=1,
+                    help="daphne processes to start without --url (default 1; each is single-process)")
+    ap.add_argument("--no-compare", action="store_true", help="skip the bench/claims.py comparison")
+    ap.add_argument("--json", action="store_true", help="print the figures as one JSON object, last line")
+    args = ap.parse_args(argv)
+    if args.items < 1 or args.workers < 1 or args.servers < 1:
+        ap.error("--items, --workers and --servers must be positive")
+    if args.url and not args.token:
+        ap.error("--url needs --token")
+    if args.servers > 1 and args.db == "sqlite":
+        print("note: several daphne processes share one SQLite file (writers serialise on its lock)")
+
+    os.environ["DJANGO_SETTINGS_MODULE"] = "workcenter.settings"
+    os.environ.setdefault("DJANGO_DEBUG", "0")
+    tmp = None
+    logdir = tempfile.TemporaryDirectory(prefix="wc-apibench-logs-")
+    servers: list[subprocess.Popen] = []
+    try:
+        if args.url:
+            urls, token = [args.url.rstrip("/")], args.token
+            svcbench.django_setup()
+            where = f"server {args.url}"
+        else:
+            if args.db == "postgres":
+                os.environ["DATABASE_URL"] = PG_URL
+            tmp = svcbench.prepare_database(args.db)  # fresh temp SQLite / dropped+recreated PG database
+            subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=REPO,
+                           env=os.environ, check=True)
+            svcbench.django_setup()
+            token = create_token()
+            n_srv = args.servers
+            where = f"{n_srv} daphne process{'es' if n_srv > 1 else ''} (own server)"
+        from django.db import connection, connections
+
+        print(f"Work Center HTTP claim benchmark: {connection.vendor}, {args.items} items x "
+              f"{len(svcbench.GRAPH)} actions, {args.workers} client process(es), {where}")
+        create_items(args.items)
+        connections.close_all()
+        if not args.url:
+            servers, urls = start_servers(args.servers, Path(logdir.name))
+            print(f"  server(s): {', '.join(urls)}")
+
+        total = args.items * len(svcbench.GRAPH)
+        timings, wall = run_clients(args.workers, urls, token, total)
+        svcbench.check_throughput_state(args.items)
+        connections.close_all()
+        n = len(timings["claims"])
+        res = {
+            "actions_per_s": round(n / wall, 3),
+            "claim_p50_ms": svcbench.ms(svcbench.pct(timings["claims"], 0.5)),
+            "claim_p99_ms": svcbench.ms(svcbench.pct(timings["claims"], 0.99)),
+            "submit_p50_ms": svcbench.ms(svcbench.pct(timings["submits"], 0.5)),
+            "submit_p99_ms": svcbench.ms(svcbench.pct(timings["submits"], 0.99)),
+        }
+        print(f"  HTTP throughput: {n} actions claimed and completed in {wall:.2f} s = "
+              f"{res['actions_per_s']:.1f} actions/s")
+        print(f"  claim  p50 {res['claim_p50_ms']:.3f} ms  p99 {res['claim_p99_ms']:.3f} ms")
+        print(f"  submit p50 {res['submit_p50_ms']:.3f} ms  p99 {res['submit_p99_ms']:.3f} ms")
+    finally:
+        stop_servers(servers)
+        logdir.cleanup()
+        if tmp is not None:
+            tmp.cleanup()
+
+    if not args.no_compare:
+        svc = service_layer(args.db, args.items, args.workers)
+        if svc and svc.get("actions_per_s"):
+            ratio = res["actions_per_s"] / svc["actions_per_s"]
+            print(f"  service layer: {svc['actions_per_s']:.1f} actions/s "
+                  f"(claim p50 {svc['claim_p50_ms']:.3f} ms, submit p50 {svc['submit_p50_ms']:.3f} ms)")
+            print(f"  ratio HTTP / service layer = {ratio:.2f}  (target >= 0.5: "
+                  f"{'met' if ratio >= 0.5 else 'NOT met'})")
+    if args.json:
+        print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
