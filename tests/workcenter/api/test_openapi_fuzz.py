@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import (
 
 from workcenter.auth import api_token_create
 
-MAX_EXAMPLES = 25
+MAX_EXAMPLES = 50
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 
