@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -80,9 +81,16 @@ def test_killed_worker_run_is_recovered_and_everything_finishes(tmp_path):
             p = subprocess.Popen([sys.executable, "manage.py", "workcenter_worker", "--server", base, "--token", token,
                                   "--concurrency", "2", "--lease-ms", "3000", "--poll-ms", "200"],
                                  cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            boot = re.search(r"worker (\S+) starting", p.stdout.readline()).group(1)
             procs.append(p)
-            return p, boot
+            seen = []
+            for _ in range(50):  # the first line naming the boot id (warnings may come before it)
+                line = p.stdout.readline()
+                seen.append(line)
+                match = re.search(r"worker (\S+) starting", line)
+                if match:
+                    threading.Thread(target=lambda: [None for _ in p.stdout], daemon=True).start()  # drain
+                    return p, match.group(1)
+            raise AssertionError("worker did not start: " + "".join(seen))
 
         victim, victim_boot = start_worker()
         survivor, _ = start_worker()
