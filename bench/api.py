@@ -31,7 +31,6 @@ import http.client
 import json
 import multiprocessing as mp
 import os
-import queue
 import socket
 import subprocess
 import sys
@@ -228,35 +227,10 @@ def worker_main(idx: int, url: str, token: str, total, ready_q, start_evt, resul
 
 
 def run_clients(workers: int, urls: list[str], token: str, total: int | None) -> tuple[dict, float]:
-    ctx = mp.get_context("spawn")
-    ready_q, result_q, start_evt = ctx.Queue(), ctx.Queue(), ctx.Event()
-    done = ctx.Value("q", 0)
-    procs = [ctx.Process(target=worker_main,
-                         args=(i, urls[i % len(urls)], token, total, ready_q, start_evt, result_q, done))
-             for i in range(workers)]
-    for p in procs:
-        p.start()
-    for _ in procs:
-        ready_q.get(timeout=120)
-    t_start = time.monotonic()
-    start_evt.set()
-    results, errors = [], []
-    for _ in procs:
-        try:
-            r = result_q.get(timeout=3600)
-        except queue.Empty:
-            errors.append("a client sent no result within an hour")
-            break
-        (errors.append(r["error"]) if "error" in r else results.append(r))
-    for p in procs:
-        p.join(timeout=60)
-        if p.is_alive():
-            p.terminate()
-    if errors:
-        sys.exit("benchmark client failed:\n" + "\n".join(errors))
-    merged = {"claims": [x for r in results for x in r["claims"]],
-              "submits": [x for r in results for x in r["submits"]]}
-    return merged, max(r["end"] for r in results) - t_start
+    done = mp.get_context("spawn").Value("q", 0)
+    return svcbench.run_parallel(
+        worker_main, lambda i, rq, ev, resq: (i, urls[i % len(urls)], token, total, rq, ev, resq, done),
+        workers, label="client")
 
 
 # --------------------------------------------------------------------------- comparison

@@ -234,10 +234,12 @@ def worker_main(idx: int, ready_q, start_evt, result_q) -> None:
             pass
 
 
-def run_workers(workers: int) -> tuple[dict, float]:
+def run_parallel(target, make_args, workers: int, label: str = "worker") -> tuple[dict, float]:
+    """Start `workers` spawned processes running `target(*make_args(i, ready_q, start_evt, result_q))`,
+    release them together once all are ready, and merge their timings. Shared with bench/api.py."""
     ctx = mp.get_context("spawn")
     ready_q, result_q, start_evt = ctx.Queue(), ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=worker_main, args=(i, ready_q, start_evt, result_q)) for i in range(workers)]
+    procs = [ctx.Process(target=target, args=make_args(i, ready_q, start_evt, result_q)) for i in range(workers)]
     for p in procs:
         p.start()
     for _ in procs:
@@ -249,7 +251,7 @@ def run_workers(workers: int) -> tuple[dict, float]:
         try:
             r = result_q.get(timeout=3600)
         except queue.Empty:
-            errors.append("a worker sent no result within an hour")
+            errors.append(f"a {label} sent no result within an hour")
             break
         (errors.append(r["error"]) if "error" in r else results.append(r))
     for p in procs:
@@ -257,10 +259,14 @@ def run_workers(workers: int) -> tuple[dict, float]:
         if p.is_alive():
             p.terminate()
     if errors:
-        sys.exit("benchmark worker failed:\n" + "\n".join(errors))
+        sys.exit(f"benchmark {label} failed:\n" + "\n".join(errors))
     merged = {"claims": [x for r in results for x in r["claims"]],
               "submits": [x for r in results for x in r["submits"]]}
     return merged, max(r["end"] for r in results) - t_start
+
+
+def run_workers(workers: int) -> tuple[dict, float]:
+    return run_parallel(worker_main, lambda i, rq, ev, resq: (i, rq, ev, resq), workers)
 
 
 def run_in_process(profile: bool) -> tuple[dict, float]:

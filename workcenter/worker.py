@@ -55,6 +55,7 @@ class LocalStore:
 
     def claim(self, boot_id, lease_ms):
         from django.db import close_old_connections
+        from .selectors import claim_dependencies
         from .services import action_claim
 
         close_old_connections()
@@ -78,26 +79,8 @@ class LocalStore:
             },
             "run": {"id": run.pk, "owner_boot_id": run.owner_boot_id, "lease_epoch": run.lease_epoch,
                     "expires_at": _iso(run.expires_at)},
-            "dependencies": self._dependencies(item, action),
+            "dependencies": claim_dependencies(action, item),
         }
-
-    @staticmethod
-    def _dependencies(item, action) -> list[dict]:
-        """DOMAIN §10.1 list_action_dependencies: canonical action per stage with its latest completed run."""
-        from .models import Action, Run
-        from .services.common import canonical_actions
-
-        stages = list(action.depends_on_stage_ids or [])
-        if not stages:
-            return []
-        canon = canonical_actions(Action.objects.filter(work_item_id=item.pk))
-        out = []
-        for dep in sorted((canon[s] for s in stages if s in canon), key=lambda a: a.sequence):
-            run = Run.objects.filter(action_id=dep.pk, status="completed").order_by("-ended_at").first()
-            out.append({"action_id": dep.pk, "stage_id": dep.effective_stage_id, "type": dep.type, "status": dep.status,
-                        "summary": run.summary if run else "", "evidence": run.evidence if run else [],
-                        "vp_id": ((run.vp_snapshot or {}).get("id") if run else None)})
-        return out
 
     @staticmethod
     def _fence(run):
