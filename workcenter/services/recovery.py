@@ -83,7 +83,9 @@ def _recover_one(item: WorkItem, run: Run, now: datetime, actor: str) -> bool:
         common.graph_refresh(item, now)
     else:
         common.save_item_state(item, now, status=WorkItemStatus.READY if retryable else WorkItemStatus.NEEDS_ATTENTION,
-                               current_action_id=action.pk, current_run_id=None)
+                               current_action_id=action.pk, current_run_id=None,
+                               guard=WorkItem.objects.filter(pk=item.pk, status=WorkItemStatus.RUNNING,
+                                                             current_action_id=action.pk, current_run_id=run.pk))
     common.sync_claimable(item)
     event_append(work_item_id=item.pk, type="run.interrupted", data={"retryable": retryable},
                  action_id=action.pk, run_id=run.pk, actor=actor, now=now)

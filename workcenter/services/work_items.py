@@ -153,10 +153,17 @@ def work_item_start(*, item_id: str, actor: str = "system", now: datetime | None
         if item.status != WorkItemStatus.DRAFT:
             raise InvalidState(f"WorkItem in {item.status} must be resumed with retry")
         action = _insert_initial(item, now)
-        common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk)
+        common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk,
+                               guard=_status_guard(item, WorkItemStatus.DRAFT))
         common.sync_claimable(item)
         event_append(work_item_id=item.pk, type="work_item.started", data={}, action_id=action.pk, actor=actor, now=now)
         return item
+
+
+def _status_guard(item: WorkItem, status: str, **fence):
+    """The item's row as it was read under the lock: its final state write is a guarded update
+    (DOMAIN §6; the row lock already excludes writers, the guard makes any slip loud)."""
+    return WorkItem.objects.filter(pk=item.pk, status=status, **fence)
 
 
 def _invalidate(item: WorkItem, now: datetime, *, action_status: str, run_status: str, reason: str,
@@ -221,12 +228,13 @@ def work_item_update(
                          data={"revision": item.revision, "changed_fields": changed_fields}, actor=actor, now=now)
             return item
         common.refuse_if_reserved(_open_actions(item), now)
+        guard = _status_guard(item, item.status)
         _invalidate(item, now, action_status=ActionStatus.SUPERSEDED, run_status=RunStatus.SUPERSEDED,
                     reason=common.REASON_CONTRACT, include_failed=item.execution_mode == "graph")
         item.revision += 1
         item.save(update_fields=[*new.keys(), "workspace_key", "revision"])
         action = _insert_initial(item, now, context=[])
-        common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk)
+        common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk, guard=guard)
         common.sync_claimable(item)
         event_append(work_item_id=item.pk, type="workflow.retriaged",
                      data={"revision": item.revision, "changed_fields": changed_fields},
@@ -244,9 +252,10 @@ def work_item_cancel(*, item_id: str, actor: str = "system", now: datetime | Non
         if item.status == WorkItemStatus.CANCELLED:
             return item
         common.refuse_if_reserved(_open_actions(item), now)
+        guard = _status_guard(item, item.status)
         _invalidate(item, now, action_status=ActionStatus.CANCELLED, run_status=RunStatus.CANCELLED,
                     reason=common.REASON_CANCELLED)
-        common.save_item_state(item, now, status=WorkItemStatus.CANCELLED, current_action_id=None)
+        common.save_item_state(item, now, status=WorkItemStatus.CANCELLED, current_action_id=None, guard=guard)
         common.sync_claimable(item)
         event_append(work_item_id=item.pk, type="work_item.cancelled", data={}, actor=actor, now=now)
         return item
@@ -284,6 +293,7 @@ def work_item_guide(
         if previous.status not in (ActionStatus.READY, ActionStatus.RUNNING):
             raise InvalidState("WorkItem has no active Action for guidance")
         common.refuse_if_reserved(_open_actions(item), now)
+        guard = _status_guard(item, item.status, revision=item.revision)
         entry = {"type": "guidance", "role": "user", "summary": text, "evidence": []}
         context = list(previous.context or []) + [entry]
         replacement = common.rebuilt_fields(item, previous, context)
@@ -296,7 +306,8 @@ def work_item_guide(
                         reason=common.REASON_GUIDANCE)
             target = common.insert_action(item, replacement, now)
         extra = {"attachments": new_attachments} if attachments is not None else {}
-        common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=target.pk, **extra)
+        common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=target.pk, guard=guard,
+                               **extra)
         common.sync_claimable(item)
         event_append(work_item_id=item.pk, type="action.guidance_added", data={"guidance": text},
                      action_id=target.pk, actor=actor, now=now)
@@ -339,13 +350,14 @@ def work_item_retry(*, item_id: str, answer: Any = None, actor: str = "system", 
         now = resolve_now(now)
         item = common.lock_item(item_id)
         previous, _run, replacement, plan = _retry_plan(item, answer, now)
+        guard = _status_guard(item, item.status)
         if plan is not None:
             target = common.apply_graph_reset(plan, replacement, common.RESET_REASON_RETRY, now)
             data = {"target_stage_id": target.effective_stage_id}
         else:
             target = common.insert_action(item, replacement, now)
             data = {}
-        common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=target.pk)
+        common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=target.pk, guard=guard)
         common.sync_claimable(item)
         event_append(work_item_id=item.pk, type="work_item.retried", data=data, action_id=target.pk, actor=actor, now=now)
         return item
