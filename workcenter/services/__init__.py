@@ -8,6 +8,7 @@ from .integration import (  # noqa: F401
     integration_set_workspace,
 )
 from .recovery import runs_recover  # noqa: F401
+from .repairs import action_edit, action_mark_failed, action_reset, run_release  # noqa: F401
 from .runs import run_interrupt, run_is_active, run_progress, run_renew, run_set_snapshots, run_submit  # noqa: F401
 from .work_items import (  # noqa: F401
     work_item_cancel,
