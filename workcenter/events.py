@@ -6,10 +6,15 @@ processes without a channel layer) the publisher logs.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import re
+import weakref
 from typing import Any, Callable
 
+from asgiref.sync import async_to_sync
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import connection, transaction
 
 from .models import Event
@@ -67,3 +72,141 @@ def event_append(
 
 def publish_on_commit(event: Event) -> None:
     transaction.on_commit(lambda: publish(event), robust=True)
+
+
+# --- the live stream (API.md §4) ------------------------------------------------------------------
+# The dashboard app registers `channel_publish` / `channel_progress_publish` at startup. Each event
+# is rendered once (Event + WorkItemSummary, the REST shapes) and sent to `workcenter.items` and
+# `workcenter.item.<id>`. Delivery is best effort: the group message also names the previous
+# stored event ids, so a consumer that missed one re-reads the hole from the database.
+
+ITEMS_GROUP = "workcenter.items"
+PROGRESS_TAIL_CHARS = 2000
+_GROUP_SAFE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def item_group(item_id: str) -> str:
+    """`workcenter.item.<id>`; ids that a channel-layer group name cannot hold go by digest."""
+    if _GROUP_SAFE.fullmatch(item_id):
+        return f"workcenter.item.{item_id}"
+    return "workcenter.item.h" + hashlib.sha256(item_id.encode("utf-8")).hexdigest()[:40]
+
+
+def event_message(event: Event, work_item=None) -> dict:
+    """`{"type": "event", "event": Event, "work_item": WorkItemSummary}` as JSON-ready data."""
+    from . import selectors
+    from .schemas import EventOut, WorkItemSummaryOut
+
+    item = work_item if work_item is not None else selectors.work_item_summary(event.work_item_id)
+    return {"type": "event", "event": EventOut.from_orm(event).model_dump(mode="json"),
+            "work_item": WorkItemSummaryOut.from_orm(item).model_dump(mode="json")}
+
+
+def channel_publish(event: Event) -> None:
+    """The publisher of a process with a channel layer (runs after commit, never raises)."""
+    from . import selectors
+
+    try:
+        layer = get_channel_layer()
+        groups = [ITEMS_GROUP, item_group(event.work_item_id)]
+        if layer is None or not _may_have_members(layer, groups):
+            return
+        prev_id, item_prev_id = selectors.event_previous_ids(event)
+        _group_send(layer, groups, {"type": "stream.event", "id": event.id, "prev_id": prev_id,
+                                    "item_prev_id": item_prev_id, "message": event_message(event)})
+    except Exception:  # the commit already happened; a lost message is covered by the cursor
+        logger.exception("publishing event %s failed", event.id)
+
+
+def progress_message(run) -> dict:
+    response = run.response or ""
+    return {"type": "progress", "work_item_id": run.work_item_id, "action_id": run.action_id, "run_id": run.pk,
+            "progress_revision": run.progress_revision, "response_tail": response[-PROGRESS_TAIL_CHARS:]}
+
+
+def _log_progress_publisher(message: dict) -> None:
+    logger.debug("progress run=%s revision=%s", message["run_id"], message["progress_revision"])
+
+
+_progress_publisher: Callable[[dict], None] = _log_progress_publisher
+
+
+def set_progress_publisher(fn: Callable[[dict], None] | None) -> None:
+    global _progress_publisher
+    _progress_publisher = fn or _log_progress_publisher
+
+
+def publish_progress_on_commit(run) -> None:
+    """A worker's progress report, pushed after commit and never stored as an event."""
+    message = progress_message(run)
+    transaction.on_commit(lambda: _progress_publisher(message), robust=True)
+
+
+def channel_progress_publish(message: dict) -> None:
+    try:
+        layer = get_channel_layer()
+        groups = [ITEMS_GROUP, item_group(message["work_item_id"])]
+        if layer is not None and _may_have_members(layer, groups):
+            _group_send(layer, groups, {"type": "stream.progress", "message": message})
+    except Exception:
+        logger.exception("publishing progress of run %s failed", message.get("run_id"))
+
+
+def _may_have_members(layer, groups: list[str]) -> bool:
+    """An in-memory layer knows its groups: skip rendering when nobody in this process listens."""
+    known = getattr(layer, "groups", None)
+    if isinstance(layer, InMemoryChannelLayer) and isinstance(known, dict):
+        return any(known.get(g) for g in groups)
+    return True
+
+
+# The event loop of this process's websocket server, registered by the consumers. Sends from
+# other threads are handed to it: an in-memory layer's queues belong to that loop (asyncio
+# queues are not thread-safe), and a Redis layer keeps its pooled connections there.
+_stream_loop: asyncio.AbstractEventLoop | None = None
+_send_locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
+_pending: set = set()  # fire-and-forget sends stay referenced until done
+
+
+def set_stream_loop(loop: asyncio.AbstractEventLoop) -> None:
+    global _stream_loop
+    _stream_loop = loop
+
+
+async def _send_all(layer, groups: list[str], message: dict) -> None:
+    # one send at a time per loop, in submission order, so one process's events leave in order
+    loop = asyncio.get_running_loop()
+    lock = _send_locks.get(loop)
+    if lock is None:
+        lock = _send_locks[loop] = asyncio.Lock()
+    async with lock:
+        for group in groups:
+            await layer.group_send(group, message)
+
+
+def _log_failure(future) -> None:
+    _pending.discard(future)
+    if not future.cancelled() and future.exception() is not None:
+        logger.error("channel layer send failed", exc_info=future.exception())
+
+
+def _group_send(layer, groups: list[str], message: dict) -> None:
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    loop = _stream_loop
+    if loop is not None and loop.is_running() and not loop.is_closed():
+        if running is loop:
+            future = loop.create_task(_send_all(layer, groups, message))
+        else:
+            future = asyncio.run_coroutine_threadsafe(_send_all(layer, groups, message), loop)
+    elif running is not None:  # sync code on an event loop's thread: cannot block it
+        future = running.create_task(_send_all(layer, groups, message))
+    else:
+        future = None
+    if future is not None:
+        _pending.add(future)
+        future.add_done_callback(_log_failure)
+    else:  # a thread of its own (worker process, command): asgiref finds or makes a loop
+        async_to_sync(_send_all)(layer, groups, message)

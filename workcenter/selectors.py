@@ -69,6 +69,11 @@ def work_item_list(*, status: str | None = None, session_id: str | None = None, 
     else:
         total = items.count()
         page = list(items[: clamp_limit(limit)])
+    return _with_summary_fields(page), total
+
+
+def _with_summary_fields(page: list[WorkItem]) -> list[WorkItem]:
+    """Attach what WorkItemSummary shows beyond the row: stats, action counts, current action."""
     ids = [i.pk for i in page]
     stats = stats_by_item(ids)
     counts = action_counts_by_item(ids)
@@ -81,7 +86,12 @@ def work_item_list(*, status: str | None = None, session_id: str | None = None, 
         i.execution_stats = stats[i.pk]
         i.action_counts = counts[i.pk]
         i.current_action = current.get(i.current_action_id)
-    return page, total
+    return page
+
+
+def work_item_summary(item_id: str) -> WorkItem:
+    """One item as WorkItemSummary shows it (the live stream's `work_item`)."""
+    return _with_summary_fields([work_item_get(item_id)])[0]
 
 
 def work_item_get(item_id: str) -> WorkItem:
@@ -144,6 +154,17 @@ def work_item_events(*, item_id: str, after_id: int = 0, limit=None) -> list[Eve
 
 def item_last_event_id(item_id: str) -> int:
     return Event.objects.filter(work_item_id=item_id).aggregate(m=Max("id"))["m"] or 0
+
+
+def event_last_id() -> int:
+    return Event.objects.aggregate(m=Max("id"))["m"] or 0
+
+
+def event_previous_ids(event: Event) -> tuple[int, int]:
+    """The ids of the stored events just before `event`: overall and of its item (0 when none).
+    The live stream sends them along so a consumer can tell a lost message from an id hole."""
+    before = Event.objects.filter(id__lt=event.id).order_by("-id").values_list("id", flat=True)
+    return (before.first() or 0), (before.filter(work_item_id=event.work_item_id).first() or 0)
 
 
 def run_fence_reason(*, run_id: str, owner_boot_id: str, lease_epoch: int, now=None) -> str:

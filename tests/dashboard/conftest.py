@@ -1,0 +1,72 @@
+"""Websocket fixtures: users with or without the view permission, their credentials, and an
+async runner (the tests are plain functions; each scenario runs on one event loop)."""
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from workcenter import events
+from workcenter.asgi import application
+from workcenter.auth import api_token_create
+
+TIMEOUT = 5
+
+
+@pytest.fixture(autouse=True)
+def channel_publishers():
+    """The dashboard app registers these at startup; other tests may have swapped them."""
+    events.set_publisher(events.channel_publish)
+    events.set_progress_publisher(events.channel_progress_publish)
+    async_to_sync(get_channel_layer().flush)()
+    yield
+    events.set_publisher(events.channel_publish)
+    events.set_progress_publisher(events.channel_progress_publish)
+
+
+@pytest.fixture
+def viewer(db):
+    user = User.objects.create_user("viewer", password="pw")
+    user.user_permissions.add(Permission.objects.get(content_type__app_label="workcenter", codename="view_workitem"))
+    return User.objects.get(pk=user.pk)
+
+
+@pytest.fixture
+def viewer_token(viewer):
+    return api_token_create(user=viewer, name="ws")[1]
+
+
+def session_cookie(user) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+def run(scenario):
+    """Run an async scenario to completion from a sync test."""
+    return async_to_sync(scenario)()
+
+
+async def open_stream(path: str, headers=None, expect_hello: bool = True):
+    """Connect; returns (communicator, hello)."""
+    comm = WebsocketCommunicator(application, path, headers=headers or [])
+    connected, _ = await comm.connect(timeout=TIMEOUT)
+    assert connected
+    hello = await comm.receive_json_from(timeout=TIMEOUT) if expect_hello else None
+    if expect_hello:
+        assert hello["type"] == "hello", hello
+    return comm, hello
+
+
+async def close_code(comm) -> int:
+    """The first output must be the close: nothing else may be sent before it."""
+    out = await comm.receive_output(timeout=TIMEOUT)
+    assert out["type"] == "websocket.close", out
+    return out["code"]
+
+
+async def receive_all(comm, n: int) -> list[dict]:
+    return [await comm.receive_json_from(timeout=TIMEOUT) for _ in range(n)]

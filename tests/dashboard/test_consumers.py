@@ -1,0 +1,366 @@
+"""The live stream (API.md §4) through the real ASGI application with WebsocketCommunicator."""
+from __future__ import annotations
+
+import pytest
+from channels.db import database_sync_to_async
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.test import Client
+
+from workcenter import events, selectors, services
+from workcenter.models import Event
+
+from .conftest import TIMEOUT, close_code, open_stream, receive_all, run, session_cookie
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+db_call = database_sync_to_async
+
+
+def bearer(token: str):
+    return [(b"authorization", f"Bearer {token}".encode())]
+
+
+def stored_events(item_id=None, after_id=0) -> list[dict]:
+    """What the REST API says about the events: the stream must carry the same JSON."""
+    client = Client()
+    client.force_login(User.objects.get(username="viewer"))
+    path = "/api/v1/events" if item_id is None else f"/api/v1/work-items/{item_id}/events"
+    response = client.get(path, {"after_id": after_id, "limit": 500})
+    assert response.status_code == 200, response.content
+    return response.json()["events"]
+
+
+def rest_summary(item_id: str) -> dict:
+    client = Client()
+    client.force_login(User.objects.get(username="viewer"))
+    items = client.get("/api/v1/work-items", {"limit": 500}).json()["items"]
+    return next(i for i in items if i["id"] == item_id)
+
+
+# --- authentication -----------------------------------------------------------------------------
+
+def test_stream_without_credentials_closes_4401():
+    async def scenario():
+        for path in ("/ws/work-items/", "/ws/work-items/some-item/"):
+            comm, _ = await open_stream(path, expect_hello=False)
+            assert await close_code(comm) == 4401
+            assert await comm.receive_nothing()
+    run(scenario)
+
+
+def test_stream_with_bad_token_closes_4401_without_session_fallback(viewer):
+    cookie = session_cookie(viewer)
+
+    async def scenario():
+        for headers, path in [
+            (bearer("wc_nope_nope"), "/ws/work-items/"),
+            ([(b"authorization", b"Basic dXNlcjpwdw==")], "/ws/work-items/"),
+            ([], "/ws/work-items/?token=wc_bad_token"),
+        ]:
+            comm, _ = await open_stream(path, headers=headers + [(b"cookie", cookie)], expect_hello=False)
+            assert await close_code(comm) == 4401
+    run(scenario)
+
+
+def test_stream_without_view_permission_closes_4403(db):
+    user = User.objects.create_user("nobody")
+    cookie = session_cookie(user)
+
+    async def scenario():
+        for path in ("/ws/work-items/", "/ws/work-items/x/"):
+            comm, _ = await open_stream(path, headers=[(b"cookie", cookie)], expect_hello=False)
+            assert await close_code(comm) == 4403
+            assert await comm.receive_nothing()
+    run(scenario)
+
+
+def test_stream_accepts_session_cookie_bearer_header_and_token_query(viewer, viewer_token):
+    cookie = session_cookie(viewer)
+
+    async def scenario():
+        for path, headers in [
+            ("/ws/work-items/", [(b"cookie", cookie)]),
+            ("/ws/work-items/", [(b"cookie", cookie), (b"host", b"testserver"), (b"origin", b"http://testserver")]),
+            ("/ws/work-items/", bearer(viewer_token)),
+            (f"/ws/work-items/?token={viewer_token}", []),
+        ]:
+            comm, hello = await open_stream(path, headers=headers)
+            assert hello == {"type": "hello", "last_event_id": 0}
+            await comm.disconnect()
+    run(scenario)
+
+
+def test_stream_ignores_session_cookie_sent_by_a_foreign_page(viewer, viewer_token):
+    cookie = session_cookie(viewer)
+
+    async def scenario():
+        foreign = [(b"cookie", cookie), (b"host", b"workcenter.example"), (b"origin", b"https://evil.example")]
+        comm, _ = await open_stream("/ws/work-items/", headers=foreign, expect_hello=False)
+        assert await close_code(comm) == 4401
+        # a token is not ambient: a page that has one may use it from anywhere
+        comm, hello = await open_stream(f"/ws/work-items/?token={viewer_token}", headers=foreign)
+        assert hello["type"] == "hello"
+        await comm.disconnect()
+    run(scenario)
+
+
+def test_stream_refuses_bad_after_id_and_unknown_item(viewer_token):
+    async def scenario():
+        for path, code in [
+            ("/ws/work-items/?after_id=-1", 4400),
+            ("/ws/work-items/?after_id=abc", 4400),
+            ("/ws/work-items/?after_id=99999999999999999999999", 4400),
+            ("/ws/work-items/no-such-item/", 4404),
+        ]:
+            comm, _ = await open_stream(path, headers=bearer(viewer_token), expect_hello=False)
+            assert await close_code(comm) == code, path
+    run(scenario)
+
+
+# --- hello and live events ----------------------------------------------------------------------
+
+def test_hello_names_last_event_id_and_per_item_graph(store, viewer, viewer_token):
+    a = store.linear(title="A")
+    b = store.linear(title="B")
+    client = Client()
+    client.force_login(viewer)
+    rest_graph = client.get(f"/api/v1/work-items/{a.pk}/graph").json()
+    last = Event.objects.latest("id").id
+    a_last = Event.objects.filter(work_item_id=a.pk).latest("id").id
+    assert a_last < Event.objects.filter(work_item_id=b.pk).latest("id").id == last
+
+    async def scenario():
+        comm, hello = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
+        assert hello == {"type": "hello", "last_event_id": last}
+        await comm.disconnect()
+        comm, hello = await open_stream(f"/ws/work-items/{a.pk}/", headers=bearer(viewer_token))
+        assert hello == {"type": "hello", "last_event_id": a_last, "graph": rest_graph}
+        assert rest_graph["last_event_id"] == a_last and rest_graph["nodes"]
+        assert await comm.receive_nothing()
+        await comm.disconnect()
+    run(scenario)
+
+
+def test_stream_sends_one_message_per_committed_event_in_id_order(store, viewer, viewer_token):
+    async def scenario():
+        comm, hello = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
+        item = await db_call(store.linear)(title="Live")
+        claim = await db_call(store.claim)()
+        await db_call(store.complete)(claim)
+        expected = await db_call(stored_events)(after_id=hello["last_event_id"])
+        assert len(expected) >= 3
+        got = await receive_all(comm, len(expected))
+        assert await comm.receive_nothing()
+        assert [m["type"] for m in got] == ["event"] * len(expected)
+        assert [m["event"] for m in got] == expected  # same JSON as the REST API, in id order
+        assert {m["work_item"]["id"] for m in got} == {item.pk}
+        assert got[-1]["work_item"] == await db_call(rest_summary)(item.pk)
+        assert got[0]["work_item"]["revision"] <= got[-1]["work_item"]["revision"]
+        await comm.disconnect()
+    run(scenario)
+
+
+def test_stream_sends_nothing_for_a_rolled_back_transaction(store, viewer_token):
+    item = store.linear()
+
+    def append_then_fail():
+        with pytest.raises(RuntimeError), transaction.atomic():
+            events.event_append(work_item_id=item.pk, type="test.rolled_back", now=store.now())
+            raise RuntimeError("roll back")
+
+    async def scenario():
+        comm, _ = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
+        await db_call(append_then_fail)()
+        assert await comm.receive_nothing(timeout=0.3)
+        await db_call(store.claim)()
+        message = await comm.receive_json_from(timeout=TIMEOUT)
+        assert message["event"]["type"] == "run.claimed"
+        assert await comm.receive_nothing()
+        await comm.disconnect()
+    run(scenario)
+    assert not Event.objects.filter(type="test.rolled_back").exists()
+
+
+def test_item_stream_carries_only_that_item(store, viewer_token):
+    a = store.linear(title="A")
+    b = store.linear(title="B")
+
+    async def scenario():
+        comm, hello = await open_stream(f"/ws/work-items/{a.pk}/", headers=bearer(viewer_token))
+        await db_call(store.claim_item)(b.pk)
+        await db_call(store.claim_item)(a.pk)
+        await db_call(services.work_item_cancel)(item_id=b.pk, now=store.now())
+        expected = await db_call(stored_events)(a.pk, after_id=hello["last_event_id"])
+        assert expected and all(e["work_item_id"] == a.pk for e in expected)
+        got = await receive_all(comm, len(expected))
+        assert [m["event"] for m in got] == expected
+        assert await comm.receive_nothing()
+        await comm.disconnect()
+    run(scenario)
+
+
+def test_progress_reports_are_pushed_after_commit(store, viewer_token):
+    item = store.linear()
+    claim = store.claim()
+
+    async def scenario():
+        comm, _ = await open_stream(f"/ws/work-items/{item.pk}/", headers=bearer(viewer_token))
+        everything, _ = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
+        for text in ("thinking", "x" * 3000):
+            run_ = await db_call(services.run_progress)(
+                run_id=claim.run.pk, owner_boot_id=claim.run.owner_boot_id, lease_epoch=claim.run.lease_epoch,
+                progress={"response": text}, now=store.now())
+            for c in (comm, everything):
+                message = await c.receive_json_from(timeout=TIMEOUT)
+                assert message == {"type": "progress", "work_item_id": item.pk, "action_id": claim.action.pk,
+                                   "run_id": claim.run.pk, "progress_revision": run_.progress_revision,
+                                   "response_tail": text[-events.PROGRESS_TAIL_CHARS:]}
+        # a fenced-out report commits nothing and pushes nothing
+        assert await db_call(services.run_progress)(
+            run_id=claim.run.pk, owner_boot_id="someone-else", lease_epoch=claim.run.lease_epoch,
+            progress={"response": "stale"}, now=store.now()) is None
+        assert await comm.receive_nothing(timeout=0.3)
+        await comm.disconnect()
+        await everything.disconnect()
+    run(scenario)
+
+
+# --- resume -------------------------------------------------------------------------------------
+
+def _commit_during_first_read(monkeypatch, commit):
+    """Commit events on the consumer's thread after it joined the group and before it reads the
+    backlog: they reach the consumer twice (group queue and database) — deterministically."""
+    real = selectors.events_after
+    calls = []
+
+    def events_after(**kwargs):
+        if not calls:
+            calls.append(kwargs)
+            commit()
+        return real(**kwargs)
+
+    monkeypatch.setattr(selectors, "events_after", events_after)
+    return calls
+
+
+@pytest.mark.parametrize("per_item", [False, True])
+def test_resume_backfills_then_goes_live_without_gap_or_duplicate(store, viewer_token, monkeypatch, per_item):
+    item = store.linear(title="Resumed")
+    other = store.linear(title="Other")
+    first = store.claim_item(item.pk)
+    store.complete(first)
+    scope = item.pk if per_item else None
+    after_id = stored_events(scope)[0]["id"]  # the client saw the first event only
+
+    def commit_concurrently():
+        store.claim_item(other.pk)
+        store.claim_item(item.pk)
+
+    calls = _commit_during_first_read(monkeypatch, commit_concurrently)
+    path = f"/ws/work-items/{item.pk}/" if per_item else "/ws/work-items/"
+
+    async def scenario():
+        comm, hello = await open_stream(f"{path}?after_id={after_id}", headers=bearer(viewer_token))
+        assert calls, "the backlog was read"
+        backlog = await db_call(stored_events)(scope, after_id=after_id)
+        got = await receive_all(comm, len(backlog))
+        assert [m["event"] for m in got] == backlog
+        assert await comm.receive_nothing(timeout=0.3)  # the queued copies were dropped
+        # live after the backlog
+        await db_call(services.work_item_cancel)(item_id=item.pk, now=store.now())
+        live = await db_call(stored_events)(scope, after_id=backlog[-1]["id"])
+        got = await receive_all(comm, len(live))
+        assert [m["event"] for m in got] == live and live[-1]["type"] == "work_item.cancelled"
+        assert await comm.receive_nothing()
+        await comm.disconnect()
+    run(scenario)
+    ids = [e["id"] for e in stored_events(scope) if e["id"] > after_id]
+    assert len(ids) > 3
+
+
+@pytest.mark.parametrize("per_item", [False, True])
+def test_lost_group_message_is_read_back_from_the_database(store, viewer_token, monkeypatch, per_item):
+    item = store.linear()
+    path = f"/ws/work-items/{item.pk}/" if per_item else "/ws/work-items/"
+    real_send = events._group_send
+    dropped = []
+
+    def lossy_send(layer, groups, message):
+        if message["type"] == "stream.event" and message["message"]["event"]["type"] == "run.claimed":
+            dropped.append(message["id"])  # the channel layer lost it (e.g. a full channel)
+            return
+        real_send(layer, groups, message)
+
+    async def scenario():
+        comm, hello = await open_stream(path, headers=bearer(viewer_token))
+        monkeypatch.setattr(events, "_group_send", lossy_send)
+        claim = await db_call(store.claim)()
+        assert await comm.receive_nothing(timeout=0.3)
+        await db_call(store.complete)(claim)
+        expected = await db_call(stored_events)(item.pk if per_item else None, after_id=hello["last_event_id"])
+        got = await receive_all(comm, len(expected))
+        assert [m["event"] for m in got] == expected
+        assert dropped and dropped[0] in [m["event"]["id"] for m in got]
+        assert await comm.receive_nothing()
+        await comm.disconnect()
+    run(scenario)
+
+
+def test_overtaken_message_is_sent_once_in_order(store, viewer_token):
+    """Two publishers cross (event N+1's message arrives before N's): N is read back, then its
+    late copy is dropped."""
+    store.linear()
+    real_send = events._group_send
+    held = []
+
+    def crossing_send(layer, groups, message):
+        if message["type"] == "stream.event" and message["message"]["event"]["type"] == "run.claimed":
+            held.append((layer, groups, message))
+            return
+        real_send(layer, groups, message)
+        while held:
+            real_send(*held.pop())
+
+    async def scenario():
+        comm, hello = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
+        events._group_send = crossing_send
+        try:
+            claim = await db_call(store.claim)()
+            await db_call(store.complete)(claim)
+        finally:
+            events._group_send = real_send
+        expected = await db_call(stored_events)(after_id=hello["last_event_id"])
+        got = await receive_all(comm, len(expected))
+        assert [m["event"]["id"] for m in got] == [e["id"] for e in expected]
+        assert await comm.receive_nothing()
+        await comm.disconnect()
+    run(scenario)
+
+
+@pytest.mark.parametrize("per_item", [False, True])
+def test_event_committed_right_after_the_snapshot_read_is_delivered(store, viewer_token, monkeypatch, per_item):
+    """The group is joined before the snapshot is read: an event committing just after the read
+    (and before any later step) still arrives, once."""
+    item = store.linear()
+    name = "item_last_event_id" if per_item else "event_last_id"
+    real = getattr(selectors, name)
+
+    def read_then_commit(*args):
+        value = real(*args)
+        monkeypatch.setattr(selectors, name, real)
+        services.work_item_cancel(item_id=item.pk, now=store.now())
+        return value
+
+    monkeypatch.setattr(selectors, name, read_then_commit)
+    path = f"/ws/work-items/{item.pk}/" if per_item else "/ws/work-items/"
+
+    async def scenario():
+        comm, hello = await open_stream(path, headers=bearer(viewer_token))
+        expected = await db_call(stored_events)(item.pk, after_id=hello["last_event_id"])
+        assert [e["type"] for e in expected] == ["work_item.cancelled"]
+        got = await receive_all(comm, 1)
+        assert [m["event"] for m in got] == expected
+        assert await comm.receive_nothing()
+        await comm.disconnect()
+    run(scenario)
