@@ -1,0 +1,559 @@
+"""Django admin: read-mostly views of the store and the admin repairs of DOMAIN §11.3.
+
+Rows are never added, changed or deleted here: the store's columns are read-only and every write
+goes through a service. Repairs are admin actions — on Action: reset to ready, mark failed, edit
+(instruction, brief, max_attempts, workspace_mode); on Run: release — that first show a
+confirmation page with a required reason (≤ 2 000 characters), then call the service once per
+selected row with actor `admin:<username>` and report each row's success or the service's error
+as a message. The Action and Run change pages offer the same repairs as object tools.
+
+Permissions: seeing a model needs its view permission (or superuser). The repairs need
+`workcenter.change_workitem` — the permission the API asks for retry, cancel and guidance —
+because a repair changes how an item executes just as those operations do; superusers hold it
+implicitly. Without it the rows stay visible but no repair is offered, and a forged POST of a
+repair is refused by Django's action machinery (the action is not among the allowed choices).
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.db.models import Count, IntegerField, OuterRef, Subquery
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
+
+from . import clock, services
+from .auth import CHANGE
+from .errors import WorkcenterError
+from .models import Action, Event, Run, RunStatus, WorkItem, WorkspaceMode
+from .services.repairs import MAX_ATTEMPTS_LIMIT, MAX_REASON
+
+# The dashboard's status colours (UI.md): the badge always carries its text label as well.
+STATUS_COLOURS = {
+    "draft": "#64748b",
+    "ready": "#475569",
+    "running": "#2563eb",
+    "waiting": "#d97706",
+    "needs_attention": "#dc2626",
+    "failed": "#dc2626",
+    "completed": "#16a34a",
+    "done": "#16a34a",
+    "retryable": "#d97706",
+    "interrupted": "#d97706",
+    "superseded": "#6b7280",
+    "cancelled": "#6b7280",
+}
+MUTED = ("superseded", "cancelled")
+
+
+def status_badge(status: str):
+    colour = STATUS_COLOURS.get(status, "#64748b")
+    outline = "dashed" if status in MUTED else "solid"
+    return format_html(
+        '<span class="wc-badge wc-{}" style="display:inline-block;padding:1px 7px;border-radius:9px;'
+        'border:1px {} {};color:{};font-weight:600;white-space:nowrap">{}</span>',
+        status, outline, colour, colour, status.replace("_", " "),
+    )
+
+
+def short(value: str | None) -> str:
+    return (value or "")[:8]
+
+
+def change_link(model: str, pk: str | int | None, text: str | None = None):
+    if pk in (None, ""):
+        return "—"
+    url = reverse(f"admin:workcenter_{model}_change", args=[pk])
+    return format_html('<a href="{}">{}</a>', url, text if text is not None else short(str(pk)))
+
+
+def changelist_link(model: str, params: dict, text: str):
+    url = reverse(f"admin:workcenter_{model}_changelist") + "?" + urlencode(params)
+    return format_html('<a href="{}">{}</a>', url, text)
+
+
+def pretty_json(value):
+    return format_html('<pre style="white-space:pre-wrap;margin:0">{}</pre>',
+                       json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def when(value: datetime | None) -> str:
+    return value.isoformat(timespec="milliseconds") if value else "—"
+
+
+# --- filters ---------------------------------------------------------------------------------------
+
+class ExecutionModeFilter(admin.SimpleListFilter):
+    """Linear vs graph, read from the item's workflow snapshot (DOMAIN §2.1)."""
+
+    title = "execution mode"
+    parameter_name = "execution_mode"
+    path = "workflow_snapshot__execution_mode"
+
+    def lookups(self, request, model_admin):
+        return [("linear", "linear"), ("graph", "graph")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "graph":
+            return queryset.filter(**{self.path: "graph"})
+        if self.value() == "linear":
+            return queryset.exclude(**{self.path: "graph"})
+        return queryset
+
+
+class ItemExecutionModeFilter(ExecutionModeFilter):
+    path = "work_item__workflow_snapshot__execution_mode"
+
+
+class ActorKindFilter(admin.SimpleListFilter):
+    """Who caused an event (DOMAIN §11.3): the actor's prefix."""
+
+    title = "actor"
+    parameter_name = "actor_kind"
+    kinds = ("admin", "user", "worker", "recovery", "system")
+
+    def lookups(self, request, model_admin):
+        return [(k, k) for k in self.kinds]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value == "system":
+            return queryset.filter(actor="system")
+        if value in self.kinds:
+            return queryset.filter(actor__startswith=f"{value}:")
+        return queryset
+
+
+# --- repair forms and the confirmation step ---------------------------------------------------
+
+class RepairForm(forms.Form):
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), max_length=MAX_REASON,
+        help_text="Required. Stored in the repair's event together with your username.",
+    )
+
+
+class ActionEditForm(RepairForm):
+    instruction = forms.CharField(widget=forms.Textarea(attrs={"rows": 12, "cols": 100}), required=False, strip=False,
+                                  help_text="Blank keeps the current instruction.")
+    objective = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2, "cols": 100}))
+    approach = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2, "cols": 100}))
+    expected_outcome = forms.CharField(required=False, max_length=2000,
+                                       widget=forms.Textarea(attrs={"rows": 2, "cols": 100}))
+    max_attempts = forms.IntegerField(required=False, min_value=1, max_value=MAX_ATTEMPTS_LIMIT)
+    workspace_mode = forms.ChoiceField(required=False, choices=[("", "(keep)"), *WorkspaceMode.choices])
+
+    EDIT_FIELDS = ("instruction", "objective", "approach", "expected_outcome", "max_attempts", "workspace_mode")
+
+    @classmethod
+    def initial_for(cls, action: Action) -> dict:
+        brief = action.brief if isinstance(action.brief, dict) else {}
+        return {
+            "instruction": action.instruction,
+            "objective": brief.get("objective", ""),
+            "approach": brief.get("approach", ""),
+            "expected_outcome": brief.get("expected_outcome", ""),
+            "max_attempts": action.max_attempts,
+            "workspace_mode": action.workspace_mode,
+        }
+
+    def clean_instruction(self):
+        # browsers submit textarea line breaks as CRLF; the stored text uses LF
+        return self.cleaned_data["instruction"].replace("\r\n", "\n")
+
+    def clean(self):
+        data = super().clean()
+        if not self.errors and all(data.get(f) in (None, "") or not str(data.get(f)).strip() for f in self.EDIT_FIELDS):
+            raise forms.ValidationError("Give at least one field to edit.")
+        return data
+
+    def edit_kwargs(self) -> dict:
+        data = self.cleaned_data
+        brief = {k: data[k] for k in ("objective", "approach", "expected_outcome") if data.get(k)}
+        return {
+            "instruction": data["instruction"] if data.get("instruction", "").strip() else None,
+            "brief": brief or None,
+            "max_attempts": data.get("max_attempts"),
+            "workspace_mode": data.get("workspace_mode") or None,
+        }
+
+
+class Repair:
+    """One repair offered as an admin action: its form, what it will do, and the service call."""
+
+    def __init__(self, name, label, explanation, form_class, call, done):
+        self.name, self.label, self.explanation = name, label, explanation
+        self.form_class, self.call, self.done = form_class, call, done
+
+
+REPAIRS = {
+    "reset_actions": Repair(
+        "reset_actions", "Reset to ready",
+        "Each failed, waiting or running Action goes back to ready with its attempts counted from 0. "
+        "A running Action loses its Run (superseded, lease epoch + 1: the old worker's reports are refused). "
+        "Graph items recompute their status; a linear item becomes ready with the Action current.",
+        RepairForm,
+        lambda obj, form, actor: services.action_reset(action_id=obj.pk, reason=form.cleaned_data["reason"], actor=actor),
+        lambda obj, result: f"reset to ready (was {obj.status})",
+    ),
+    "mark_actions_failed": Repair(
+        "mark_actions_failed", "Mark failed",
+        "Each ready, running or waiting Action becomes failed. A running Action loses its Run (superseded, "
+        "lease epoch + 1). Graph items recompute their status; a linear item needs attention.",
+        RepairForm,
+        lambda obj, form, actor: services.action_mark_failed(action_id=obj.pk, reason=form.cleaned_data["reason"],
+                                                             actor=actor),
+        lambda obj, result: f"marked failed (was {obj.status})",
+    ),
+    "edit_actions": Repair(
+        "edit_actions", "Edit (repair)",
+        "Only the fields you change are written; blank fields keep their value, brief fields are merged over "
+        "the current brief. A running Action first loses its Run (superseded, lease epoch + 1) and goes back "
+        "to ready, so the next claim runs the edited Action.",
+        ActionEditForm,
+        lambda obj, form, actor: services.action_edit(action_id=obj.pk, reason=form.cleaned_data["reason"], actor=actor,
+                                                      **form.edit_kwargs()),
+        lambda obj, result: "edited",
+    ),
+    "release_runs": Repair(
+        "release_runs", "Release",
+        "Each running Run is interrupted now, whether or not its lease has expired, as if its worker had "
+        "stopped: its Action goes back to ready while attempts remain (else failed). Refused while an "
+        "integration reservation is live.",
+        RepairForm,
+        lambda obj, form, actor: services.run_release(run_id=obj.pk, reason=form.cleaned_data["reason"], actor=actor),
+        lambda obj, result: "released; its Action is " + ("ready again" if Action.objects.filter(
+            pk=result.action_id).values_list("status", flat=True).first() == "ready" else "failed (not retryable)"),
+    ),
+}
+
+
+def row_label(obj) -> str:
+    """Names a repaired row without its status, which the repair has just changed."""
+    if isinstance(obj, Action):
+        return f"Action {obj.effective_stage_id} #{obj.sequence} ({short(obj.pk)})"
+    return f"{obj._meta.verbose_name.capitalize()} {short(str(obj.pk))}"
+
+
+def run_repair(modeladmin: admin.ModelAdmin, request, queryset, name: str):
+    """The confirmation page, then one service call per selected row with a per-row message."""
+    repair = REPAIRS[name]
+    objects = list(queryset)
+    if "apply" in request.POST:
+        form = repair.form_class(request.POST)
+        if form.is_valid():
+            actor = f"admin:{request.user.get_username()}"
+            for obj in objects:
+                try:
+                    result = repair.call(obj, form, actor)
+                except WorkcenterError as exc:
+                    modeladmin.message_user(request, f"{row_label(obj)}: {repair.label} refused: {exc.message}",
+                                            messages.ERROR)
+                else:
+                    modeladmin.message_user(request, f"{row_label(obj)}: {repair.done(obj, result)}", messages.SUCCESS)
+            return None  # back to the changelist
+    else:
+        initial = ActionEditForm.initial_for(objects[0]) if (name == "edit_actions" and len(objects) == 1) else None
+        form = repair.form_class(initial=initial)
+    opts = modeladmin.model._meta
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": f"{repair.label}: confirm",
+        "opts": opts,
+        "repair": repair,
+        "objects": objects,
+        "form": form,
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "media": modeladmin.media + form.media,
+    }
+    return TemplateResponse(request, "admin/workcenter/repair_confirmation.html", context)
+
+
+def _repair_action(name: str):
+    repair = REPAIRS[name]
+
+    def action(modeladmin, request, queryset):
+        return run_repair(modeladmin, request, queryset, name)
+
+    action.__name__ = name
+    return admin.action(description=f"{repair.label}…", permissions=["repair"])(action)
+
+
+# --- model admins ------------------------------------------------------------------------------
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """View-only pages: the store is written by services only."""
+
+    list_per_page = 50
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_repair_permission(self, request):
+        return request.user.has_perm(CHANGE)
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class ActionInline(ReadOnlyInline):
+    model = Action
+    fields = ("sequence", "stage", "type", "badge", "workspace_mode", "attempts", "lease_epoch", "updated_at")
+    readonly_fields = fields
+    ordering = ("sequence",)
+
+    @admin.display(description="stage")
+    def stage(self, obj):
+        return obj.effective_stage_id
+
+    @admin.display(description="status")
+    def badge(self, obj):
+        return status_badge(obj.status)
+
+    @admin.display(description="attempt / max")
+    def attempts(self, obj):
+        return f"{obj.attempt} / {obj.max_attempts}"
+
+
+class RunInline(ReadOnlyInline):
+    model = Run
+    fk_name = "action"
+    fields = ("short_id", "badge", "owner_boot_id", "lease_epoch", "started_at", "expires_at", "ended_at", "error")
+    readonly_fields = fields
+    ordering = ("-started_at",)
+
+    @admin.display(description="run")
+    def short_id(self, obj):
+        return short(obj.pk)
+
+    @admin.display(description="status")
+    def badge(self, obj):
+        return status_badge(obj.status)
+
+
+def _count(model, field: str):
+    sub = model.objects.filter(**{field: OuterRef("pk")}).order_by().values(field).annotate(n=Count("pk")).values("n")
+    return Subquery(sub, output_field=IntegerField())
+
+
+@admin.register(WorkItem)
+class WorkItemAdmin(ReadOnlyAdmin):
+    list_display = ("short_id", "title", "badge", "mode", "workspace_key", "revision", "current_action", "related",
+                    "updated_at")
+    list_display_links = ("short_id", "title")
+    list_filter = ("status", ExecutionModeFilter, "workspace_key", "workflow_template")
+    search_fields = ("id", "title", "actions__stage_id", "actions__type")
+    ordering = ("-updated_at",)
+    inlines = [ActionInline]
+    readonly_fields = ("related",)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            action_count=_count(Action, "work_item"), run_count=_count(Run, "work_item"),
+            event_count=_count(Event, "work_item"),
+        )
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, obj):
+        return short(obj.pk)
+
+    @admin.display(description="status", ordering="status")
+    def badge(self, obj):
+        return status_badge(obj.status)
+
+    @admin.display(description="mode")
+    def mode(self, obj):
+        return obj.execution_mode
+
+    @admin.display(description="current action")
+    def current_action(self, obj):
+        return change_link("action", obj.current_action_id)
+
+    @admin.display(description="related rows")
+    def related(self, obj):
+        params = {"work_item__id__exact": obj.pk}
+        counts = (getattr(obj, "action_count", None), getattr(obj, "run_count", None), getattr(obj, "event_count", None))
+        labels = [f"{n or 0} {name}" if n is not None else name for n, name in zip(counts, ("actions", "runs", "events"))]
+        return format_html_join(" · ", "{}", ((changelist_link(m, params, label),)
+                                              for m, label in zip(("action", "run", "event"), labels)))
+
+
+@admin.register(Action)
+class ActionAdmin(ReadOnlyAdmin):
+    list_display = ("short_id", "item", "sequence", "stage", "type", "badge", "workspace_mode", "attempts",
+                    "lease_epoch", "current_run", "related", "updated_at")
+    list_display_links = ("short_id",)
+    list_filter = ("status", "workspace_mode", ItemExecutionModeFilter, "work_item__workspace_key", "type")
+    search_fields = ("id", "work_item__id", "work_item__title", "stage_id", "type")
+    list_select_related = ("work_item",)
+    ordering = ("-updated_at",)
+    inlines = [RunInline]
+    actions = [_repair_action("reset_actions"), _repair_action("mark_actions_failed"), _repair_action("edit_actions")]
+    readonly_fields = ("brief_view", "context_view", "related")
+    exclude = ("brief", "context")
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, obj):
+        return short(obj.pk)
+
+    @admin.display(description="work item", ordering="work_item__title")
+    def item(self, obj):
+        return change_link("workitem", obj.work_item_id, obj.work_item.title)
+
+    @admin.display(description="stage", ordering="stage_id")
+    def stage(self, obj):
+        return obj.effective_stage_id
+
+    @admin.display(description="status", ordering="status")
+    def badge(self, obj):
+        return status_badge(obj.status)
+
+    @admin.display(description="attempt / max")
+    def attempts(self, obj):
+        return f"{obj.attempt} / {obj.max_attempts}"
+
+    @admin.display(description="current run")
+    def current_run(self, obj):
+        return change_link("run", obj.current_run_id)
+
+    @admin.display(description="related rows")
+    def related(self, obj):
+        return format_html("{} · {}", changelist_link("run", {"action__id__exact": obj.pk}, "runs"),
+                           changelist_link("event", {"action_id": obj.pk}, "events"))
+
+    @admin.display(description="brief")
+    def brief_view(self, obj):
+        return pretty_json(obj.brief)
+
+    @admin.display(description="context")
+    def context_view(self, obj):
+        return pretty_json(obj.context)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra = {"repairs": [REPAIRS[n] for n in ("reset_actions", "mark_actions_failed", "edit_actions")],
+                 "can_repair": self.has_repair_permission(request)}
+        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = ("short_id", "item", "action_link", "badge", "owner_boot_id", "lease_epoch", "lease",
+                    "started_at", "ended_at", "events")
+    list_display_links = ("short_id",)
+    list_filter = ("status", ItemExecutionModeFilter, "action__workspace_mode", "work_item__workspace_key",
+                   "action__type")
+    search_fields = ("id", "owner_boot_id", "action__id", "action__stage_id", "work_item__id", "work_item__title")
+    list_select_related = ("work_item", "action")
+    ordering = ("-started_at",)
+    actions = [_repair_action("release_runs")]
+    exclude = ("evidence", "checkpoint", "acceptance_checks", "contract_patch")
+    readonly_fields = ("evidence_view", "acceptance_checks_view", "checkpoint_view", "contract_patch_view")
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, obj):
+        return short(obj.pk)
+
+    @admin.display(description="work item", ordering="work_item__title")
+    def item(self, obj):
+        return change_link("workitem", obj.work_item_id, obj.work_item.title)
+
+    @admin.display(description="action", ordering="action__sequence")
+    def action_link(self, obj):
+        return change_link("action", obj.action_id, f"{obj.action.effective_stage_id} #{obj.action.sequence}")
+
+    @admin.display(description="status", ordering="status")
+    def badge(self, obj):
+        return status_badge(obj.status)
+
+    @admin.display(description="lease", ordering="expires_at")
+    def lease(self, obj):
+        if obj.status != RunStatus.RUNNING:
+            return "—"
+        left = (obj.expires_at - clock.now()).total_seconds()
+        return f"live, {int(left)} s left" if left > 0 else f"expired {int(-left)} s ago"
+
+    @admin.display(description="events")
+    def events(self, obj):
+        return changelist_link("event", {"run_id": obj.pk}, "events")
+
+    @admin.display(description="evidence")
+    def evidence_view(self, obj):
+        return pretty_json(obj.evidence)
+
+    @admin.display(description="acceptance checks")
+    def acceptance_checks_view(self, obj):
+        return pretty_json(obj.acceptance_checks)
+
+    @admin.display(description="checkpoint")
+    def checkpoint_view(self, obj):
+        return pretty_json(obj.checkpoint)
+
+    @admin.display(description="contract patch")
+    def contract_patch_view(self, obj):
+        return pretty_json(obj.contract_patch)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra = {"repairs": [REPAIRS["release_runs"]], "can_repair": self.has_repair_permission(request)}
+        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdmin):
+    list_display = ("id", "created_at", "item", "type", "actor", "action_ref", "run_ref", "summary")
+    list_filter = ("type", ActorKindFilter)
+    search_fields = ("type", "actor", "action_id", "run_id", "work_item__id", "work_item__title")
+    list_select_related = ("work_item",)
+    ordering = ("-id",)
+    exclude = ("data",)
+    readonly_fields = ("data_view",)
+
+    def get_search_results(self, request, queryset, search_term):
+        found, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        term = search_term.strip()
+        if term.isdigit() and len(term) <= 18:  # a number is an event id, not a piece of some UUID
+            return queryset.filter(pk=int(term)), False
+        return found, may_have_duplicates
+
+    @admin.display(description="work item", ordering="work_item__title")
+    def item(self, obj):
+        return change_link("workitem", obj.work_item_id, obj.work_item.title)
+
+    @admin.display(description="action")
+    def action_ref(self, obj):
+        return change_link("action", obj.action_id)
+
+    @admin.display(description="run")
+    def run_ref(self, obj):
+        return change_link("run", obj.run_id)
+
+    @admin.display(description="data")
+    def summary(self, obj):
+        text = json.dumps(obj.data, ensure_ascii=False, default=str)
+        return text if len(text) <= 120 else text[:119] + "…"
+
+    @admin.display(description="data")
+    def data_view(self, obj):
+        return pretty_json(obj.data)
