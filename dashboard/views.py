@@ -1,0 +1,80 @@
+"""The dashboard's pages (UI.md): thin shells that load the JSON API and the live stream in the browser.
+
+The pages render no store data themselves beyond the item's existence: everything on screen comes
+from /api/v1/ and /ws/ so there is one read path and the page can never disagree with the API.
+"""
+from __future__ import annotations
+
+import os
+
+from django.contrib.auth import get_user_model, login
+from django.contrib.auth.decorators import login_required, permission_required
+from django.contrib.auth.tokens import PasswordResetTokenGenerator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.http import urlsafe_base64_decode, urlsafe_base64_encode
+
+from workcenter import selectors
+from workcenter.auth import CHANGE, VIEW
+from workcenter.errors import NotFound
+
+# `manage.py demo` sets this in the environment of the web server it starts; nowhere else is the
+# one-time sign-in route active.
+DEMO_LOGIN_ENV = "WORKCENTER_DEMO_LOGIN"
+
+
+def _page_config(request: HttpRequest, **extra) -> dict:
+    user = request.user
+    return {
+        "username": user.get_username(),
+        "can_change": user.has_perm(CHANGE),
+        "api_base": "/api/v1",
+        **extra,
+    }
+
+
+@login_required
+@permission_required(VIEW, raise_exception=True)
+def work_item_list_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "dashboard/list.html", {"config": _page_config(request)})
+
+
+@login_required
+@permission_required(VIEW, raise_exception=True)
+def work_item_page(request: HttpRequest, item_id: str) -> HttpResponse:
+    try:
+        item = selectors.work_item_get(item_id)
+    except NotFound:
+        raise Http404(f"no work item {item_id}")
+    return render(request, "dashboard/item.html", {
+        "item": item,
+        "config": _page_config(request, item_id=item.pk),
+    })
+
+
+class DemoLoginTokens(PasswordResetTokenGenerator):
+    """A token bound to the user's last_login and password: signing in once invalidates it."""
+
+    key_salt = "workcenter.dashboard.demo-login"
+
+
+demo_login_tokens = DemoLoginTokens()
+
+
+def demo_login_path(user) -> str:
+    uid = urlsafe_base64_encode(str(user.pk).encode())
+    return f"/accounts/demo-login/{uid}/{demo_login_tokens.make_token(user)}/"
+
+
+def demo_login(request: HttpRequest, uidb64: str, token: str) -> HttpResponse:
+    """One-time sign-in printed by `manage.py demo`; a used or forged link is a 404."""
+    if os.environ.get(DEMO_LOGIN_ENV) != "1":
+        raise Http404("demo sign-in is only available under manage.py demo")
+    try:
+        user = get_user_model().objects.get(pk=urlsafe_base64_decode(uidb64).decode())
+    except (ValueError, TypeError, OverflowError, get_user_model().DoesNotExist):
+        raise Http404("unknown demo sign-in link")
+    if not user.is_active or not demo_login_tokens.check_token(user, token):
+        raise Http404("this demo sign-in link was already used; sign in with the printed password")
+    login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+    return redirect("dashboard:list")
