@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Max
+from django.db import connection
 
 from ..errors import InvalidInput
 from ..events import event_append
@@ -12,8 +12,6 @@ from ..models import Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemSta
 from . import common
 from .common import resolve_now, store_transaction
 from .hooks import fault_point
-
-CANDIDATE_BATCH = 32
 
 
 @dataclass
@@ -34,10 +32,9 @@ def workspace_blocks(candidate_mode: str, candidate_item_id: str, running: list[
 
 
 def running_in_workspace(workspace_key: str) -> list[tuple[str, str]]:
-    return list(
-        Action.objects.filter(status=ActionStatus.RUNNING, work_item__workspace_key=workspace_key)
-        .values_list("workspace_mode", "work_item_id")
-    )
+    with connection.cursor() as cur:
+        cur.execute(common._sql("running_in_workspace"), [ActionStatus.RUNNING, workspace_key])
+        return [tuple(row) for row in cur.fetchall()]
 
 
 def action_claim(
@@ -50,45 +47,38 @@ def action_claim(
     """ready → running for the first allowed candidate by (updated_at, sequence); a new run holds
     the lease (epoch + 1). Returns None when nothing is claimable.
 
-    On PostgreSQL the candidate's item row is taken with SKIP LOCKED and its workspace with an
-    advisory try-lock, so claimers never wait on each other and claims in different workspaces
-    never serialise; on SQLite the IMMEDIATE transaction serialises the whole claim.
+    On PostgreSQL the candidate's action and item rows are taken with SKIP LOCKED and its
+    workspace with an advisory try-lock, so claimers never wait on each other and claims in
+    different workspaces never serialise; on SQLite the IMMEDIATE transaction serialises the
+    whole claim. The hot path is a few fixed SQL statements (common.RowSpec): one candidate
+    read over the partial index of claimable actions, two guarded updates, the run and the event.
     """
     if not isinstance(owner_boot_id, str) or not owner_boot_id.strip():
         raise InvalidInput("owner_boot_id is required", fields=["owner_boot_id"])
     common.check_duration(lease_ms, "lease_ms")
     actor = actor or f"worker:{owner_boot_id}"
+    n_action = len(common.ACTION_ROW.fields)
     with store_transaction():
         now = resolve_now(now)
-        seen: set[str] = set()
-        last_key = None
-        while True:
-            qs = Action.objects.filter(claimable=True).order_by("updated_at", "sequence", "created_at")
-            if last_key is not None:
-                # keyset pagination over the partial index: no OFFSET scans
-                u, s, c = last_key
-                from django.db.models import Q
-
-                qs = qs.filter(Q(updated_at__gt=u) | Q(updated_at=u, sequence__gt=s) | Q(updated_at=u, sequence=s, created_at__gt=c))
-            batch = list(qs.values_list("id", "work_item_id", "updated_at", "sequence", "created_at")[:CANDIDATE_BATCH])
-            if not batch:
-                return None
-            for action_id, item_id, u, s, c in batch:
-                last_key = (u, s, c)
-                if action_id in seen:
-                    continue
-                seen.add(action_id)
-                claim = _try_claim(action_id, item_id, owner_boot_id, lease_ms, actor, now)
+        with connection.cursor() as cur:
+            cur.execute(common._sql("claim_first"))
+            while True:
+                row = cur.fetchone()
+                if row is None:
+                    return None
+                action, item = common.ACTION_ROW.build(row[:n_action]), common.ITEM_ROW.build(row[n_action:])
+                claim = _try_claim(cur, action, item, owner_boot_id, lease_ms, actor, now)
                 if claim is not None:
                     return claim
+                # the next candidate after this one in claim order
+                u = Action._meta.get_field("updated_at").get_db_prep_save(action.updated_at, connection)
+                c = Action._meta.get_field("created_at").get_db_prep_save(action.created_at, connection)
+                cur.execute(common._sql("claim_after"), [u, u, action.sequence, action.sequence, c])
 
 
-def _try_claim(action_id: str, item_id: str, owner_boot_id: str, lease_ms: int, actor: str, now: datetime) -> Claim | None:
-    item = WorkItem.objects.select_for_update(skip_locked=True).filter(pk=item_id).first()
-    if item is None:
-        return None
-    action = Action.objects.select_for_update(skip_locked=True).filter(pk=action_id, claimable=True).first()
-    if action is None or action.status != ActionStatus.READY or action.current_run_id:
+def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms: int, actor: str,
+               now: datetime) -> Claim | None:
+    if action.status != ActionStatus.READY or action.current_run_id:
         return None
     graph = item.execution_mode == "graph"
     if graph:
@@ -104,38 +94,63 @@ def _try_claim(action_id: str, item_id: str, owner_boot_id: str, lease_ms: int, 
             return None
 
     run_id = new_id()
-    epoch = action.lease_epoch + 1
-    common.guarded_update(
-        Action.objects.filter(pk=action.pk, status=ActionStatus.READY, current_run_id__isnull=True),
-        status=ActionStatus.RUNNING, attempt=action.attempt + 1, lease_epoch=epoch,
-        current_run_id=run_id, updated_at=now, claimable=False,
+    epoch, attempt = action.lease_epoch + 1, action.attempt + 1
+    # nothing is written yet: a lost guard means "not this candidate"
+    n = common.raw_update(
+        cur, Action, action.pk,
+        {"status": ActionStatus.RUNNING, "attempt": attempt, "lease_epoch": epoch, "current_run_id": run_id,
+         "updated_at": now, "claimable": False},
+        '"status" = %s AND "current_run_id" IS NULL AND "lease_epoch" = %s', [ActionStatus.READY, action.lease_epoch],
     )
+    if n != 1:
+        return None
     fault_point("after_claim_update")
     if graph:
-        common.guarded_update(
-            WorkItem.objects.filter(pk=item.pk, status__in=(WorkItemStatus.READY, WorkItemStatus.RUNNING)),
-            status=WorkItemStatus.RUNNING, current_action_id=action.pk, current_run_id=None, updated_at=now,
+        common.guarded_raw_update(
+            cur, WorkItem, item.pk,
+            {"status": WorkItemStatus.RUNNING, "current_action_id": action.pk, "current_run_id": None, "updated_at": now},
+            '"status" IN (%s, %s)', [WorkItemStatus.READY, WorkItemStatus.RUNNING],
         )
         item.current_run_id = None
     else:
-        common.guarded_update(
-            WorkItem.objects.filter(pk=item.pk, status=WorkItemStatus.READY, current_action_id=action.pk,
-                                    current_run_id__isnull=True),
-            status=WorkItemStatus.RUNNING, current_run_id=run_id, updated_at=now,
+        common.guarded_raw_update(
+            cur, WorkItem, item.pk,
+            {"status": WorkItemStatus.RUNNING, "current_run_id": run_id, "updated_at": now},
+            '"status" = %s AND "current_action_id" = %s AND "current_run_id" IS NULL',
+            [WorkItemStatus.READY, action.pk],
         )
         item.current_run_id = run_id
     item.status = WorkItemStatus.RUNNING
     item.current_action_id = action.pk
     item.updated_at = now
-    prior = Run.objects.filter(action_id=action.pk).aggregate(m=Max("progress_revision"))["m"] or 0
-    run = Run.objects.create(
-        id=run_id, action_id=action.pk, work_item_id=item.pk, owner_boot_id=owner_boot_id,
-        lease_epoch=epoch, status=RunStatus.RUNNING, started_at=now,
-        expires_at=common.lease_expiry(now, lease_ms), evidence=[], progress_revision=prior + 1,
-    )
-    action.status, action.attempt, action.lease_epoch = ActionStatus.RUNNING, action.attempt + 1, epoch
+    run = _insert_run(cur, run_id, action, item, owner_boot_id, epoch, now, common.lease_expiry(now, lease_ms))
+    action.status, action.attempt, action.lease_epoch = ActionStatus.RUNNING, attempt, epoch
     action.current_run_id, action.updated_at, action.claimable = run_id, now, False
     event_append(work_item_id=item.pk, type="run.claimed",
                  data={"owner_boot_id": owner_boot_id, "lease_epoch": epoch},
                  action_id=action.pk, run_id=run_id, actor=actor, now=now)
     return Claim(work_item=item, action=action, run=run)
+
+
+def _insert_run(cur, run_id: str, action: Action, item: WorkItem, owner_boot_id: str, epoch: int,
+                now: datetime, expires: datetime) -> Run:
+    """The new run (DOMAIN §5.6 step 3); progress_revision continues from the action's earlier runs."""
+    run = Run(id=run_id, action_id=action.pk, work_item_id=item.pk, owner_boot_id=owner_boot_id,
+              lease_epoch=epoch, status=RunStatus.RUNNING, started_at=now, expires_at=expires, evidence=[])
+    fields = [f for f in Run._meta.concrete_fields if f.attname != "progress_revision"]
+    key = (connection.vendor, "insert_run")
+    sql = common._SQL.get(key)
+    if sql is None:
+        table = common.qn(Run._meta.db_table)
+        cols = ", ".join(common.qn(f.column) for f in fields)
+        sql = (f'INSERT INTO {table} ({cols}, "progress_revision") VALUES ({", ".join(["%s"] * len(fields))}, '
+               f'(SELECT COALESCE(MAX("progress_revision"), 0) + 1 FROM {table} WHERE "action_id" = %s)) '
+               f'RETURNING "progress_revision"')
+        common._SQL[key] = sql
+    params = [f.get_db_prep_save(getattr(run, f.attname), connection) for f in fields]
+    params.append(action.pk)
+    cur.execute(sql, params)
+    run.progress_revision = cur.fetchone()[0]
+    run._state.adding = False
+    run._state.db = connection.alias
+    return run

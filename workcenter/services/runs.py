@@ -8,6 +8,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
+
 from ..errors import InvalidInput, InvalidState, PlanError, ReservationActive, StaleRun
 from ..events import event_append, publish_progress_on_commit
 from ..models import Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus
@@ -104,20 +106,17 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
     if not isinstance(result, dict):
         raise InvalidInput("result must be an object", fields=["result"])
     actor = actor or f"worker:{owner_boot_id}"
-    with store_transaction():
+    with store_transaction(), connection.cursor() as cur:
         now = resolve_now(now)
-        run = Run.objects.filter(pk=run_id).select_related("action").first()
+        # 1. run, action and item in one read (the item locked first), then the fence (§7.1)
+        run, action, item = common.lease_rows(run_id)
         if run is None:
             raise StaleRun(common.stale_reason(None, None, None, now, True), extra={"run_id": run_id})
-        sub = normalize.normalize_submission(result, action_type=run.action.type,
-                                             criteria=list(run.work_item.acceptance_criteria or []))
-        lease, reason = common.load_lease(run_id, owner_boot_id, lease_epoch, now, require_live=True)
+        sub = normalize.normalize_submission(result, action_type=action.type,
+                                             criteria=list(item.acceptance_criteria or []))
+        lease, reason = common.lease_check(run, action, item, owner_boot_id, lease_epoch, now, require_live=True)
         if lease is None:
             raise StaleRun(reason, extra={"run_id": run_id})
-        run, action, item = lease.run, lease.action, lease.item
-        if sub["outcome"] == "completed" and item.acceptance_criteria != run.work_item.acceptance_criteria:
-            # the criteria changed between the read above and the lock: validate against the locked row
-            sub = normalize.normalize_submission(result, action_type=action.type, criteria=list(item.acceptance_criteria or []))
         mode_before = item.execution_mode
         snapshot = item.workflow_snapshot or {}
         new_snapshot = None
@@ -138,7 +137,8 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
             "progress_revision": run.progress_revision + 1,
         }
         run_values.update({f: sub[f] for f in normalize.COUNTER_FIELDS})
-        common.guarded_update(Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, lease_epoch=lease_epoch), **run_values)
+        common.guarded_raw_update(cur, Run, run.pk, run_values, '"status" = %s AND "lease_epoch" = %s',
+                                  [RunStatus.RUNNING, lease_epoch])
         for k, v in run_values.items():
             setattr(run, k, v)
         fault_point("after_run_update")
@@ -171,30 +171,36 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
             a_status = ActionStatus.READY if _retry_state(action) else ActionStatus.FAILED
         else:
             a_status = ActionStatus.FAILED
-        common.guarded_update(
-            Action.objects.filter(pk=action.pk, status=ActionStatus.RUNNING, current_run_id=run.pk),
-            status=a_status, current_run_id=None, updated_at=now, claimable=False,
+        common.guarded_raw_update(
+            cur, Action, action.pk, {"status": a_status, "current_run_id": None, "updated_at": now, "claimable": False},
+            '"status" = %s AND "current_run_id" = %s', [ActionStatus.RUNNING, run.pk],
         )
-        action.status, action.current_run_id, action.updated_at = a_status, None, now
+        action.status, action.current_run_id, action.updated_at, action.claimable = a_status, None, now, False
 
         event_type, data = _event_for(outcome, action, run, sub, mode_after)
-        # 6-7. follow-up actions and the item's status
+        # 6-7. follow-up actions and the item's status; the guard follows the mode it ran under [DEV-6]
         if mode_before == "graph":
-            item_guard = WorkItem.objects.filter(pk=item.pk, status__in=common.RUNNING_ITEM_OK)
+            guard_sql, guard_params = '"status" IN (%s, %s, %s)', list(common.RUNNING_ITEM_OK)
         else:
-            item_guard = WorkItem.objects.filter(pk=item.pk, status=WorkItemStatus.RUNNING,
-                                                 current_action_id=action.pk, current_run_id=run.pk)
+            guard_sql = '"status" = %s AND "current_action_id" = %s AND "current_run_id" = %s'
+            guard_params = [WorkItemStatus.RUNNING, action.pk, run.pk]
         if mode_after == "graph":
             event_type, data = _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now)
-            common.graph_refresh(item, now, guard=item_guard)
+            # one read of the actions for the status and the claimable flags
+            common.graph_refresh_locked(cur, item, now, where=guard_sql, params=guard_params)
         else:
+            if mode_before == "graph":
+                item_guard = WorkItem.objects.filter(pk=item.pk, status__in=common.RUNNING_ITEM_OK)
+            else:
+                item_guard = WorkItem.objects.filter(pk=item.pk, status=WorkItemStatus.RUNNING,
+                                                     current_action_id=action.pk, current_run_id=run.pk)
             _linear_followups(item, action, run, sub, outcome, now, item_guard)
             if outcome == "completed" and item.status == WorkItemStatus.DONE:
                 event_type, data = "work_item.completed", {"summary": sub["summary"]}
             elif outcome == "completed":
                 nxt = Action.objects.filter(pk=item.current_action_id).values_list("type", flat=True).first()
                 data = {"next_action_type": nxt, "review_decision": sub["review_decision"]}
-        common.sync_claimable(item)
+            common.sync_claimable(item)
         fault_point("before_event")
         event_append(work_item_id=item.pk, type=event_type, data=data, action_id=action.pk, run_id=run.pk,
                      actor=actor, now=now)
