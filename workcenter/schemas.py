@@ -196,6 +196,8 @@ class _WorkItemHead(Schema):
 class WorkItemSummaryOut(_WorkItemHead):
     current_action: Optional[CurrentActionOut] = None
     action_counts: dict[str, int]
+    work_dir: str = ""
+    workspace_key: str = ""
 
 
 class WorkItemListOut(Schema):

@@ -136,7 +136,7 @@ def test_login_page_renders_and_redirects_to_the_list():
 def test_list_api_rows_name_the_workspace_the_list_page_shows(store, tmp_path):
     # the list page's "workspace" column reads these two summary fields
     store.create(title="With dir", work_dir=str(tmp_path))
-    store.create(title="Without dir", work_dir="")
+    store.create(title="Without dir")
     c = _client(_user("viewer", "view_workitem"))
     rows = {i["title"]: i for i in c.get("/api/v1/work-items").json()["items"]}
     assert rows["With dir"]["work_dir"] == str(tmp_path)
