@@ -1,0 +1,147 @@
+"""Browser fixtures: one daphne server and one headless Debian chromium per module, a signed-in
+page per test, and a Redis channel layer in this process so service calls here reach the pages."""
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+
+from workcenter import events
+from workcenter.auth import api_token_create
+
+from .live import CHROMIUM, CHROMIUM_ARGS, ROOT, LiveServer, redis_layer
+
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+PASSWORD = "browser-test-password"
+
+
+@pytest.fixture(scope="module")
+def daphne_server(django_db_setup, django_db_blocker, tmp_path_factory):
+    server = LiveServer(tmp_path_factory.mktemp("daphne") / "daphne.log").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an asyncio loop on this thread; Django refuses ORM calls next to
+    # a running loop unless told that this thread is in fact synchronous (Playwright's advice).
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield b
+            b.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture(scope="module")
+def store_thread():
+    """One thread without an event loop for every write of the test: Playwright's loop occupies
+    the main thread, and a service's after-commit publish must not land on that loop."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="store") as pool:
+        yield pool
+
+
+@pytest.fixture
+def bg(store_thread):
+    """`bg(fn, *args, **kwargs)` runs fn on the store thread and returns its result."""
+
+    def run(fn, *args, **kwargs):
+        return store_thread.submit(fn, *args, **kwargs).result(timeout=120)
+
+    yield run
+    run(lambda: connection.close())  # resolved on the store thread: its own connection
+
+
+@pytest.fixture(autouse=True)
+def shared_channel_layer(settings, bg):
+    """This process publishes to the server's Redis layer (channels resets its layers when the
+    setting changes)."""
+    settings.CHANNEL_LAYERS = redis_layer()
+    bg(lambda: async_to_sync(get_channel_layer().flush)())
+    events.set_publisher(events.channel_publish)
+    events.set_progress_publisher(events.channel_progress_publish)
+    yield
+    events.set_publisher(events.channel_publish)
+    events.set_progress_publisher(events.channel_progress_publish)
+
+
+@pytest.fixture
+def lead(transactional_db):
+    user = User.objects.create_user("lead", password=PASSWORD)
+    user.user_permissions.set(Permission.objects.filter(
+        content_type__app_label="workcenter", codename__in=["view_workitem", "change_workitem", "run_actions"]))
+    return user
+
+
+class Api:
+    """JSON calls to the live server with a bearer token."""
+
+    def __init__(self, base: str, token: str):
+        self.base = base
+        self.token = token
+
+    def call(self, method: str, path: str, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.base}/api/v1{path}", data=data, method=method,
+                                     headers={"Authorization": f"Bearer {self.token}",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            raw = resp.read()
+            return resp.status, (json.loads(raw) if raw else None)
+
+
+@pytest.fixture
+def http_api(daphne_server, lead):
+    _, raw = api_token_create(user=lead, name="browser")
+    return Api(daphne_server.url, raw)
+
+
+@pytest.fixture
+def page(browser, daphne_server, lead):
+    """A signed-in page; fails the test if it asked any host but the server (everything offline)
+    or raised a script error."""
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    pg = context.new_page()
+    pg.set_default_timeout(10_000)
+    foreign: list[str] = []
+    errors: list[str] = []
+    pg.on("request", lambda r: foreign.append(r.url)
+          if not r.url.startswith((daphne_server.url, daphne_server.url.replace("http", "ws"), "data:")) else None)
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(f"{daphne_server.url}/accounts/login/")
+    pg.fill("#id_username", "lead")
+    pg.fill("#id_password", PASSWORD)
+    pg.click("button[type=submit]")
+    pg.wait_for_url(f"{daphne_server.url}/")
+    yield pg
+    context.close()
+    assert not foreign, f"requests outside the app: {foreign}"
+    assert not errors, f"script errors: {errors}"
+
+
+def screenshot(page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / name
+    page.screenshot(path=str(path))
+    return path
+
+
+def wait_live(page) -> None:
+    page.wait_for_selector('#conn[data-state="live"]')
