@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+from django.db import connection
 from django.db.models import Count, Max, Q, Sum
 
 from .errors import NotFound
@@ -90,8 +91,49 @@ def _with_summary_fields(page: list[WorkItem]) -> list[WorkItem]:
 
 
 def work_item_summary(item_id: str) -> WorkItem:
-    """One item as WorkItemSummary shows it (the live stream's `work_item`)."""
-    return _with_summary_fields([work_item_get(item_id)])[0]
+    """One item as WorkItemSummary shows it: the same fields as `work_item_list` attaches, read
+    in three fixed statements (the live stream renders one per event, right after the commit,
+    and the ORM's statement compilation would cost several times the queries)."""
+    from .services.common import ITEM_ROW
+
+    sql = _summary_sql()
+    with connection.cursor() as cur:
+        cur.execute(sql["item"], [item_id])
+        row = cur.fetchone()
+        if row is None:
+            raise NotFound(f"WorkItem not found: {item_id}", extra={"id": item_id})
+        n = len(ITEM_ROW.fields)
+        item = ITEM_ROW.build(row[:n])
+        a_id, a_type, a_stage, a_status = row[n:]
+        cur.execute(sql["counts"], [item_id])
+        item.action_counts = {status: int(count) for status, count in cur.fetchall()}
+        cur.execute(sql["stats"], [item_id])
+        item.execution_stats = {f: int(v or 0) for f, v in zip(COUNTER_FIELDS, cur.fetchone())}
+    item.current_action = (None if a_id is None or a_id != item.current_action_id
+                           else {"id": a_id, "type": a_type, "stage_id": a_stage or a_type, "status": a_status})
+    return item
+
+
+_SUMMARY_SQL: dict[str, dict[str, str]] = {}
+
+
+def _summary_sql() -> dict[str, str]:
+    sql = _SUMMARY_SQL.get(connection.vendor)
+    if sql is None:
+        from .services.common import ITEM_ROW, qn
+
+        action, run, event = (qn(m._meta.db_table) for m in (Action, Run, Event))
+        sums = ", ".join(f"SUM({qn(f)})" for f in COUNTER_FIELDS)
+        sql = _SUMMARY_SQL[connection.vendor] = {
+            "item": (f'SELECT {ITEM_ROW.columns()}, a."id", a."type", a."stage_id", a."status" '
+                     f'FROM {qn(WorkItem._meta.db_table)} i LEFT JOIN {action} a ON a."id" = i."current_action_id" '
+                     f'WHERE i."id" = %s'),
+            "counts": f'SELECT "status", COUNT(*) FROM {action} WHERE "work_item_id" = %s GROUP BY "status"',
+            "stats": f'SELECT {sums} FROM {run} WHERE "work_item_id" = %s',
+            "previous": (f'SELECT (SELECT MAX("id") FROM {event} WHERE "id" < %s), '
+                         f'(SELECT MAX("id") FROM {event} WHERE "work_item_id" = %s AND "id" < %s)'),
+        }
+    return sql
 
 
 def work_item_get(item_id: str) -> WorkItem:
@@ -163,8 +205,10 @@ def event_last_id() -> int:
 def event_previous_ids(event: Event) -> tuple[int, int]:
     """The ids of the stored events just before `event`: overall and of its item (0 when none).
     The live stream sends them along so a consumer can tell a lost message from an id hole."""
-    before = Event.objects.filter(id__lt=event.id).order_by("-id").values_list("id", flat=True)
-    return (before.first() or 0), (before.filter(work_item_id=event.work_item_id).first() or 0)
+    with connection.cursor() as cur:
+        cur.execute(_summary_sql()["previous"], [event.id, event.work_item_id, event.id])
+        overall, in_item = cur.fetchone()
+    return int(overall or 0), int(in_item or 0)
 
 
 def run_fence_reason(*, run_id: str, owner_boot_id: str, lease_epoch: int, now=None) -> str:
