@@ -11,6 +11,7 @@ from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from dashboard.views import DEMO_LOGIN_ENV, demo_login_path
 from workcenter import services
 from workcenter.models import WorkItem
 
@@ -84,6 +85,7 @@ def seed_items(stdout=None) -> int:
 
 
 def ensure_users():
+    """The demo lead (view + change) and admin (superuser); returns the lead."""
     User = get_user_model()
     lead, _ = User.objects.get_or_create(username=LEAD[0], defaults={"first_name": "Team", "last_name": "Lead"})
     lead.set_password(LEAD[1])
@@ -94,6 +96,7 @@ def ensure_users():
     admin.is_staff = admin.is_superuser = True
     admin.set_password(ADMIN[1])
     admin.save()
+    return lead
 
 
 class Command(BaseCommand):
@@ -108,15 +111,17 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         call_command("migrate", verbosity=0)
-        ensure_users()
+        lead = ensure_users()
         n = seed_items()
         self.stdout.write(f"Database ready ({settings.DATABASES['default']['NAME']}); {n} demo work items created.")
         if opts["no_serve"]:
             return
         env = dict(os.environ)
         env.setdefault("WORKCENTER_SIM_SCALE", "2.0")
+        # only this web server honours the one-time sign-in link printed below
+        server_env = dict(env, **{DEMO_LOGIN_ENV: "1"})
         procs = [subprocess.Popen([sys.executable, "-m", "daphne", "-b", opts["host"], "-p", str(opts["port"]),
-                                   "workcenter.asgi:application"], env=env)]
+                                   "workcenter.asgi:application"], env=server_env)]
         if not opts["no_workers"]:
             for _ in range(max(0, opts["workers"])):
                 procs.append(subprocess.Popen([sys.executable, "manage.py", "workcenter_worker", "--concurrency", "3",
@@ -124,6 +129,8 @@ class Command(BaseCommand):
                                               cwd=str(settings.BASE_DIR)))
         url = f"http://{opts['host']}:{opts['port']}/"
         self.stdout.write(self.style.SUCCESS(f"\nWork Center is live at {url}"))
+        self.stdout.write(f"  Open the dashboard signed in as the team lead (link works once): "
+                          f"{url.rstrip('/')}{demo_login_path(lead)}")
         self.stdout.write(f"  API docs:  {url}api/v1/docs")
         self.stdout.write(f"  Sign in as the team lead: {LEAD[0]} / {LEAD[1]}   (admin: {ADMIN[0]} / {ADMIN[1]}, {url}admin/)")
         self.stdout.write("  Press Ctrl-C to stop.\n")
