@@ -120,7 +120,7 @@ export class GraphView {
   }
 
   layout(graph) {
-    const large = graph.nodes.length > 150;
+    const large = graph.nodes.length > 100;
     const g = new dagre.graphlib.Graph();
     g.setGraph({ rankdir: "LR", nodesep: 18, ranksep: 60, edgesep: 8, marginx: 24, marginy: 24,
       ranker: large ? "tight-tree" : "network-simplex" });
