@@ -71,8 +71,8 @@ def action_claim(
                 if claim is not None:
                     return claim
                 # the next candidate after this one in claim order
-                u = Action._meta.get_field("updated_at").get_db_prep_save(action.updated_at, connection)
-                c = Action._meta.get_field("created_at").get_db_prep_save(action.created_at, connection)
+                u = connection.ops.adapt_datetimefield_value(action.updated_at)
+                c = connection.ops.adapt_datetimefield_value(action.created_at)
                 cur.execute(common._sql("claim_after"), [u, u, action.sequence, action.sequence, c])
 
 
@@ -147,7 +147,7 @@ def _insert_run(cur, run_id: str, action: Action, item: WorkItem, owner_boot_id:
                f'(SELECT COALESCE(MAX("progress_revision"), 0) + 1 FROM {table} WHERE "action_id" = %s)) '
                f'RETURNING "progress_revision"')
         common._SQL[key] = sql
-    params = [f.get_db_prep_save(getattr(run, f.attname), connection) for f in fields]
+    params = [common.db_value(f, getattr(run, f.attname)) for f in fields]
     params.append(action.pk)
     cur.execute(sql, params)
     run.progress_revision = cur.fetchone()[0]

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, Iterable
 
 from django.db import connection, transaction
+from django.db.models.base import ModelState
 from django.utils.dateparse import parse_datetime
 
 from .. import clock
@@ -595,13 +596,21 @@ class RowSpec:
         return out
 
     def build(self, values):
-        """A model instance as the ORM would load it (columns outside the spec are deferred)."""
-        vals = []
-        for value, (convs, col) in zip(values, self.converters()):
+        """A model instance as `Model.from_db` loads it (columns outside the spec are deferred).
+
+        The attributes are set directly rather than through `Model.__init__` (4× cheaper); the
+        only thing skipped is the pre_init/post_init signals, which no receiver uses for these
+        models.
+        """
+        obj = self.model.__new__(self.model)
+        state = obj._state = ModelState()
+        state.adding, state.db = False, connection.alias
+        d = obj.__dict__
+        for name, value, (convs, col) in zip(self.attnames, values, self.converters()):
             for conv in convs:
                 value = conv(value, col, connection)
-            vals.append(value)
-        return self.model.from_db(connection.alias, self.attnames, vals)
+            d[name] = value
+        return obj
 
 
 ITEM_ROW = RowSpec(WorkItem, "i")
@@ -650,6 +659,26 @@ def _sql(name: str) -> str:
     return text
 
 
+_KINDS: dict = {}
+
+
+def db_value(field, value):
+    """What `field.get_db_prep_save(value, connection)` returns for the values the services write
+    (JSON, datetimes, plain scalars), without its generic per-call work."""
+    if value is None:
+        return None
+    kind = _KINDS.get(field)
+    if kind is None:
+        kind = _KINDS[field] = field.get_internal_type()
+    if kind == "JSONField":
+        return connection.ops.adapt_json_value(value, field.encoder)
+    if kind == "DateTimeField":
+        return connection.ops.adapt_datetimefield_value(value)
+    if kind == "BooleanField":
+        return bool(value)
+    return value
+
+
 def raw_update(cur, model, pk: str, values: dict, where: str = "", params: Iterable = ()) -> int:
     """`UPDATE … SET values WHERE pk = … [AND where]`; returns the row count.
 
@@ -663,7 +692,7 @@ def raw_update(cur, model, pk: str, values: dict, where: str = "", params: Itera
         sets = ", ".join(f"{qn(meta.get_field(k).column)} = %s" for k in values)
         sql = f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn(meta.pk.column)} = %s" + (f" AND {where}" if where else "")
         _SQL[key] = sql
-    args = [meta.get_field(k).get_db_prep_save(v, connection) for k, v in values.items()]
+    args = [db_value(meta.get_field(k), v) for k, v in values.items()]
     args.append(pk)
     args.extend(params)
     cur.execute(sql, args)

@@ -1,0 +1,120 @@
+"""The claim → submit hot path in fixed SQL (issue 2): rows read as the ORM reads them, a bounded
+number of statements, keyset walking past blocked candidates, and the fault hook of the claim."""
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tests.conftest import completed, make_graph
+from workcenter import services
+from workcenter.models import Action, Event, Run, WorkItem
+from workcenter.services import common
+from workcenter.services.hooks import inject_fault
+
+
+def _fields(obj):
+    return {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields}
+
+
+def test_lease_rows_read_what_the_orm_reads(store):
+    # given a running graph action whose rows carry JSON, datetimes, booleans and nulls
+    item = make_graph(store, [{"id": "a"}, {"id": "b", "deps": ["a"]}])
+    c = store.claim()
+    services.run_set_snapshots(run_id=c.run.pk, owner_boot_id=c.run.owner_boot_id, lease_epoch=c.run.lease_epoch,
+                               snapshots={"role_snapshot": {"id": "r", "n": [1, 2]}}, now=store.now())
+    # when the fused read loads run, action and item
+    run, action, got_item = common.lease_rows(c.run.pk)
+    # then every column equals the ORM's load
+    assert _fields(run) == _fields(Run.objects.get(pk=c.run.pk))
+    assert _fields(action) == _fields(Action.objects.get(pk=c.action.pk))
+    assert _fields(got_item) == _fields(WorkItem.objects.get(pk=item.pk))
+    assert run.role_snapshot == {"id": "r", "n": [1, 2]} and run.vp_snapshot is None
+    assert action.depends_on_stage_ids == [] and action.claimable is False and got_item.execution_mode == "graph"
+    assert run._state.adding is False and run._state.db == connection.alias
+
+
+def test_lease_rows_of_a_missing_run_are_empty(store):
+    assert common.lease_rows("no-such-run") == (None, None, None)
+
+
+def test_partial_row_defers_the_other_columns(store):
+    item = make_graph(store, [{"id": "a"}])
+    with connection.cursor() as cur:
+        (action,) = common.graph_actions(cur, item.pk)
+    assert action.get_deferred_fields() >= {"instruction", "context", "brief"}
+    assert action.instruction == "do a"  # a deferred column loads on access, as with .only()
+
+
+def test_claim_and_submit_use_a_bounded_number_of_statements(store):
+    # given a graph item a -> b
+    make_graph(store, [{"id": "a"}, {"id": "b", "deps": ["a"]}])
+    lease_reads = 2 if connection.vendor == "postgresql" else 1
+    # when a claim runs: candidate, action update, item update, run insert, event insert
+    with CaptureQueriesContext(connection) as claim_q:
+        c = store.claim()
+    # and its submit: lease read(s), run, action, actions read, item, flag update, event
+    with CaptureQueriesContext(connection) as submit_q:
+        store.submit(c, completed())
+    # then (transaction control aside: BEGIN/COMMIT, or savepoints inside the test's transaction)
+    # the statement counts stay fixed
+    def statements(q):
+        control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")
+        return [x["sql"] for x in q.captured_queries if x["sql"].split()[0].upper() not in control]
+
+    assert len(statements(claim_q)) == 5, statements(claim_q)
+    assert len(statements(submit_q)) == lease_reads + 6, statements(submit_q)
+    assert Action.objects.get(stage_id="b").claimable is True
+
+
+def test_action_claim_walks_past_blocked_candidates_in_claim_order(store, tmp_path):
+    # given two older candidates blocked by a running shared action in their workspace
+    ws = str(tmp_path)
+    make_graph(store, [{"id": "holder"}], work_dir=ws)
+    holder = store.claim()
+    assert holder.action.stage_id == "holder"
+    make_graph(store, [{"id": "x1"}], work_dir=ws)
+    make_graph(store, [{"id": "x2"}], work_dir=ws)
+    free = make_graph(store, [{"id": "free"}])
+    # when another worker claims
+    c = store.claim(boot="boot-B")
+    # then the first allowed candidate after the blocked ones is taken
+    assert (c.work_item.pk, c.action.stage_id) == (free.pk, "free")
+    assert store.claim(boot="boot-C") is None
+
+
+def test_claim_fault_after_the_action_update_commits_nothing(store):
+    item = make_graph(store, [{"id": "a"}])
+    with inject_fault("after_claim_update"), pytest.raises(RuntimeError):
+        store.claim()
+    action = Action.objects.get(work_item_id=item.pk)
+    assert (action.status, action.attempt, action.lease_epoch, action.claimable) == ("ready", 0, 0, True)
+    assert not Run.objects.exists() and not Event.objects.filter(type="run.claimed").exists()
+    assert store.claim().action.pk == action.pk
+
+
+def test_claim_returns_the_rows_it_wrote(store):
+    item = make_graph(store, [{"id": "a"}])
+    c = store.claim()
+    assert _fields(c.run) == _fields(Run.objects.get(pk=c.run.pk))
+    assert _fields(c.action) == _fields(Action.objects.get(pk=c.action.pk))
+    assert _fields(c.work_item) == _fields(WorkItem.objects.get(pk=item.pk))
+    event = Event.objects.get(type="run.claimed")
+    assert (event.run_id, event.action_id, event.data) == (c.run.pk, c.action.pk,
+                                                           {"owner_boot_id": "boot-A", "lease_epoch": 1})
+
+
+def test_submit_refreshes_the_graph_and_flags_from_one_read(store):
+    # given a -> (b, c) -> d
+    item = make_graph(store, [{"id": "a"}, {"id": "b", "deps": ["a"]}, {"id": "c", "deps": ["a"]},
+                              {"id": "d", "deps": ["b", "c"]}])
+    store.complete(store.claim())
+    flags = dict(Action.objects.filter(work_item_id=item.pk).values_list("stage_id", "claimable"))
+    assert flags == {"a": False, "b": True, "c": True, "d": False}
+    b = store.claim()
+    run, action, got = store.submit(b, completed())
+    assert (action.status, got.status) == ("completed", "ready")
+    assert got.current_action_id == Action.objects.get(stage_id="c").pk
+    flags = dict(Action.objects.filter(work_item_id=item.pk).values_list("stage_id", "claimable"))
+    assert flags == {"a": False, "b": False, "c": True, "d": False}
+    store.complete(store.claim())
+    assert Action.objects.get(stage_id="d").claimable is True
+    assert store.item(item.pk).status == "ready"
