@@ -8,8 +8,8 @@ The same workload as bench/claims.py (whose set-up code it imports): N work item
 graph  a -> b, a -> c, b -> d, c -> d, d -> e -> f  in the state a completed planning triage leaves
 them; then W client processes (multiprocessing spawn) loop
     POST /api/v1/claims  ->  POST /api/v1/runs/{id}/submit (outcome completed)
-over keep-alive http.client connections until every action is done, timing each call
-(request sent until the body is read).
+through `workcenter.worker.HttpStore` (the HTTP workers' client: keep-alive connections) until
+every action is done, timing each call (request sent until the body is parsed).
 
 Without --url it runs its own server: a fresh database (`--db sqlite`: a temporary SQLite file;
 `--db postgres`: postgres://postgres@127.0.0.1:5432/workcenter_apibench, dropped and recreated),
@@ -27,7 +27,6 @@ object {"actions_per_s", "claim_p50_ms", "claim_p99_ms", "submit_p50_ms", "submi
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import multiprocessing as mp
 import os
@@ -37,7 +36,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent
@@ -46,6 +44,7 @@ for p in (str(REPO), str(BENCH)):
         sys.path.insert(0, p)
 
 import claims as svcbench  # noqa: E402  (bench/claims.py: Builder, GRAPH, prepare_database, ...)
+from workcenter.worker import HttpStore  # noqa: E402  (the HTTP workers' own client)
 
 PG_URL = "postgres://postgres@127.0.0.1:5432/workcenter_apibench"
 LONG_LEASE_MS = svcbench.LONG_LEASE_MS
@@ -134,71 +133,28 @@ def create_items(n: int) -> None:
 # --------------------------------------------------------------------------- clients
 
 
-class Client:
-    def __init__(self, url: str, token: str):
-        parts = urlsplit(url)
-        self.host, self.port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
-        self.https = parts.scheme == "https"
-        self.base = parts.path.rstrip("/")
-        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
-                        "Accept": "application/json", "Connection": "keep-alive"}
-        self.conn = None
-
-    def _connect(self):
-        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-        self.conn = cls(self.host, self.port, timeout=120)
-
-    def post(self, path: str, body: dict) -> tuple[int, bytes]:
-        data = json.dumps(body).encode()
-        for attempt in (0, 1):
-            if self.conn is None:
-                self._connect()
-            try:
-                self.conn.request("POST", self.base + path, body=data, headers=self.headers)
-                resp = self.conn.getresponse()
-                raw = resp.read()
-                if resp.will_close:
-                    self.conn.close()
-                    self.conn = None
-                return resp.status, raw
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                # the server closed an idle keep-alive connection: reconnect once
-                self.conn.close()
-                self.conn = None
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
-
-
-def drive(client: Client, boot: str, done, total: int | None) -> dict:
+def drive(store: HttpStore, boot: str, done, total: int | None) -> dict:
     claims: list[float] = []
     submits: list[float] = []
     empty = 0
     perf = time.perf_counter
-    claim_body = {"owner_boot_id": boot, "lease_ms": LONG_LEASE_MS}
     while True:
         t0 = perf()
-        status, raw = client.post("/api/v1/claims", claim_body)
+        task = store.claim(boot, LONG_LEASE_MS)
         t1 = perf()
-        if status == 204:
+        if task is None:  # 204
             remaining = total is None or done.value < total
             if remaining and empty < MAX_EMPTY_RETRIES:
                 empty += 1
                 time.sleep(0.002)
                 continue
             break
-        if status != 201:
-            raise RuntimeError(f"claim: HTTP {status}: {raw[:500]!r}")
         empty = 0
         claims.append(t1 - t0)
-        run = json.loads(raw)["run"]
-        body = dict(SUBMIT_BODY, owner_boot_id=boot, lease_epoch=run["lease_epoch"])
         t0 = perf()
-        status, raw = client.post(f"/api/v1/runs/{run['id']}/submit", body)
+        out = store.submit(task["run"], SUBMIT_BODY)
         submits.append(perf() - t0)
-        if status != 200:
-            raise RuntimeError(f"submit: HTTP {status}: {raw[:500]!r}")
-        run_out = json.loads(raw)["run"]
+        run_out = out["run"]
         if run_out.get("status") != "completed":
             raise RuntimeError(f"submit: run ended {run_out.get('status')!r}: {run_out.get('error')!r}")
         with done.get_lock():
@@ -208,12 +164,12 @@ def drive(client: Client, boot: str, done, total: int | None) -> dict:
 
 def worker_main(idx: int, url: str, token: str, total, ready_q, start_evt, result_q, done) -> None:
     try:
-        client = Client(url, token)
-        client._connect()
-        client.conn.connect()  # open the TCP connection before the clock starts
+        store = HttpStore(url, token, timeout=120)
+        boot = f"apibench-w{idx}-{os.getpid()}"
+        store.recover(boot)  # as a worker starts: opens the keep-alive connection before the clock starts
         ready_q.put(idx)
         start_evt.wait()
-        out = drive(client, f"apibench-w{idx}-{os.getpid()}", done, total)
+        out = drive(store, boot, done, total)
         out["end"] = time.monotonic()
         result_q.put(out)
     except BaseException as exc:

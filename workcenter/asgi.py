@@ -1,7 +1,7 @@
 """ASGI entry point: `daphne workcenter.asgi:application` serves pages, API, static files and websockets."""
 import os
 
-from django.core.asgi import get_asgi_application
+from workcenter.handlers import get_asgi_application  # one thread hop per request, kept DB connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workcenter.settings")
 django_asgi_app = get_asgi_application()

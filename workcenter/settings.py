@@ -67,7 +67,11 @@ WSGI_APPLICATION = None
 ASGI_APPLICATION = "workcenter.asgi.application"
 
 DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
-_db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+# Persistent connections: the HTTP handler (workcenter/handlers.py) runs requests on a fixed pool
+# of threads, each keeping its connection between requests (a PostgreSQL connect costs more than
+# a claim); close_old_connections checks and recycles them at request boundaries.
+_db = dj_database_url.parse(DATABASE_URL, conn_max_age=int(os.environ.get("DJANGO_CONN_MAX_AGE", "600")),
+                            conn_health_checks=True)
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     # Every store operation takes the write lock up front (DOMAIN §2.7): an IMMEDIATE
     # transaction serialises writers instead of failing on lock upgrade. WAL lets readers
@@ -113,6 +117,9 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
 
 WORKCENTER_DEFAULT_WORK_DIR = os.environ.get("WORKCENTER_DEFAULT_WORK_DIR", "")
+# Threads serving HTTP requests per server process (workcenter/handlers.py), each with its own
+# database connection.
+WORKCENTER_HTTP_THREADS = int(os.environ.get("WORKCENTER_HTTP_THREADS", "8"))
 
 LOGGING = {
     "version": 1,

@@ -207,3 +207,75 @@ def test_docs_page_is_served(anonymous):
 def test_unknown_api_path_is_json_404(api):
     body = _assert_error(api.get("/no-such-route"), 404, "not_found")
     assert "/api/v1/no-such-route" in body["message"]
+
+
+# --- one query per token request (workcenter.auth.api_token_user with a permission) ----------
+
+class GrantEverything:
+    """An extra authentication backend: with it, ModelBackend's tables no longer decide."""
+
+    def authenticate(self, request, **credentials):
+        return None
+
+    def has_perm(self, user_obj, perm, obj=None):
+        return user_obj.is_active
+
+
+def _auth_queries(captured) -> list[str]:
+    return [q["sql"] for q in captured if "auth_" in q["sql"] or "workcenter_apitoken" in q["sql"]]
+
+
+def test_token_request_checks_token_and_permission_in_one_query(api):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    assert api.get("/events").status_code == 200  # marks last_used_at (once a minute)
+    with CaptureQueriesContext(connection) as captured:
+        r = api.get("/events")
+    assert r.status_code == 200
+    auth_sql = _auth_queries(captured.captured_queries)
+    assert len(auth_sql) == 1, auth_sql
+    assert "workcenter_apitoken" in auth_sql[0] and "auth_permission" in auth_sql[0]
+
+
+def test_token_permission_through_a_group(make_user, token_api):
+    from django.contrib.auth.models import Group, Permission
+
+    # given a user whose worker permission comes from a group only
+    user = make_user("grouped", VIEW)
+    group = Group.objects.create(name="workers")
+    group.permissions.add(Permission.objects.get(content_type__app_label="workcenter", codename=RUN))
+    client = token_api(user)
+    _assert_error(client.post("/claims", {"owner_boot_id": "b"}), 403, "permission_denied")
+    # when the user joins the group, the very next request may claim
+    user.groups.add(group)
+    assert client.post("/claims", {"owner_boot_id": "b"}).status_code == 204
+    # and leaving it takes effect at once (nothing is cached between requests)
+    user.groups.remove(group)
+    _assert_error(client.post("/claims", {"owner_boot_id": "b"}), 403, "permission_denied")
+
+
+def test_token_permission_removed_takes_effect_on_the_next_request(make_user, token_api):
+    from django.contrib.auth.models import Permission
+
+    user = make_user("worker", VIEW, RUN)
+    client = token_api(user)
+    assert client.post("/claims", {"owner_boot_id": "b"}).status_code == 204
+    user.user_permissions.remove(Permission.objects.get(content_type__app_label="workcenter", codename=RUN))
+    body = _assert_error(client.post("/claims", {"owner_boot_id": "b"}), 403, "permission_denied")
+    assert body["extra"] == {"permission": "workcenter.run_actions"}
+
+
+def test_superuser_token_passes_the_one_query_check(make_user, token_api):
+    client = token_api(make_user("root", superuser=True))
+    assert client.post("/claims", {"owner_boot_id": "b"}).status_code == 204
+
+
+def test_other_backends_decide_through_has_perm(make_user, token_api, settings):
+    # given a backend beside ModelBackend that grants everything
+    settings.AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend",
+                                        f"{__name__}.GrantEverything"]
+    client = token_api(make_user("plain"))
+    # then the permission tables alone no longer refuse
+    assert client.get("/events").status_code == 200
+    assert client.post("/claims", {"owner_boot_id": "b"}).status_code == 204

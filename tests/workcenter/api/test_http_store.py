@@ -1,0 +1,178 @@
+"""The HTTP workers' client (workcenter.worker.HttpStore) against a real daphne server: keep-alive
+connections reused across calls and threads, a server-closed connection replaced without sending
+a request twice, API errors as StoreError."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+
+from workcenter.auth import api_token_create
+from workcenter.models import Run, WorkItem
+from workcenter.worker import HttpStore, StoreError
+
+ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _database_url() -> str:
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    return f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+class Server:
+    def __init__(self):
+        self.port = _free_port()
+        self.proc = None
+
+    def start(self) -> None:
+        env = dict(os.environ, DATABASE_URL=_database_url(), DJANGO_DEBUG="0", WORKCENTER_LOG_LEVEL="WARNING")
+        self.proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                                      "workcenter.asgi:application"], cwd=ROOT, env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "daphne exited"
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("daphne did not start")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def token():
+    user = User.objects.create_user("robot")
+    user.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label="workcenter", codename__in=["view_workitem", "change_workitem", "run_actions"]))
+    return api_token_create(user=user, name="store")[1]
+
+
+def _item():
+    from workcenter import services
+
+    return services.work_item_create(title="Store", goal="keep-alive", work_item_type="research",
+                                     acceptance_criteria=["works"], actor="test")
+
+
+def _local_ports(store: HttpStore) -> set[int]:
+    return {c.sock.getsockname()[1] for c in store._idle}
+
+
+def test_calls_share_one_keep_alive_connection(server, token):
+    # given a claimable item
+    item = _item()
+    store = HttpStore(server.url, token)
+    ports = set()
+    # when a worker recovers, claims, renews, reports progress and submits
+    assert store.recover("boot-S") == 0
+    ports |= _local_ports(store)
+    task = store.claim("boot-S", 30_000)
+    ports |= _local_ports(store)
+    assert task["work_item"]["id"] == item.pk and task["run"]["owner_boot_id"] == "boot-S"
+    assert store.renew(task["run"], 30_000) is True
+    ports |= _local_ports(store)
+    assert store.progress(task["run"], {"response": "half"}) is True
+    out = store.submit(task["run"], {"outcome": "completed", "summary": "done", "evidence": ["did it"]})
+    ports |= _local_ports(store)
+    # then every call used the same connection
+    assert out["run"]["id"] == task["run"]["id"] and out["run"]["status"] != "running"
+    assert len(store._idle) == 1 and len(ports) == 1
+    # and API errors arrive as StoreError with the API's code, the connection still usable
+    with pytest.raises(StoreError) as err:
+        store.submit(task["run"], {"outcome": "completed"})
+    assert err.value.code == "stale_run"
+    assert store.renew(task["run"], 30_000) is False  # stale: the run has finished
+    assert _local_ports(store) == ports
+    bad = HttpStore(server.url, "wc_nope_nope")
+    with pytest.raises(StoreError) as err:
+        bad.claim("boot-S", 30_000)
+    assert err.value.code == "not_authenticated"
+    store.close()
+    assert store._idle == []
+
+
+def test_threads_share_the_pool(server, token):
+    _item()
+    store = HttpStore(server.url, token)
+    task = store.claim("boot-T", 60_000)
+    results, errors = [], []
+
+    def renew_many():
+        try:
+            for _ in range(5):
+                results.append(store.renew(task["run"], 60_000))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=renew_many) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == [] and results == [True] * 20
+    assert 1 <= len(store._idle) <= 4  # at most one connection per concurrent caller
+    store.close()
+
+
+def test_a_connection_the_server_closed_is_replaced_not_retried(server, token):
+    # given a store with an idle keep-alive connection
+    _item()
+    _item()
+    store = HttpStore(server.url, token)
+    first = store.claim("boot-R", 60_000)
+    (old_port,) = _local_ports(store)
+    # when the server restarts on the same port (closing that connection)
+    server.stop()
+    server.start()
+    time.sleep(0.2)  # let the FIN arrive
+    # then the next call notices before sending, opens a new connection and claims exactly once
+    second = store.claim("boot-R", 60_000)
+    assert second is not None and second["run"]["id"] != first["run"]["id"]
+    assert _local_ports(store) != {old_port}
+    assert Run.objects.filter(owner_boot_id="boot-R").count() == 2
+    assert WorkItem.objects.filter(status="running").count() == 2
+    store.close()
+
+
+def test_store_refuses_urls_it_cannot_call():
+    with pytest.raises(ValueError):
+        HttpStore("ftp://example.org", "t")
