@@ -136,7 +136,7 @@ def test_list_is_newest_first_with_count_and_summary_shape(api):
     beta = body["items"][1]
     assert set(beta) == {"id", "revision", "title", "goal", "status", "workflow_template", "work_item_type",
                          "planning_mode", "execution_mode", "current_action", "execution_stats", "action_counts",
-                         "created_at", "updated_at"}
+                         "created_at", "updated_at", "work_dir", "workspace_key"}
     assert beta["current_action"] == {"id": second["current_action_id"], "type": "triage",
                                       "stage_id": "triage", "status": "ready"}
     assert beta["action_counts"] == {"ready": 1}
