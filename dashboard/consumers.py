@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -35,6 +36,7 @@ CLOSE_NOT_AUTHENTICATED = 4401
 CLOSE_PERMISSION_DENIED = 4403
 CLOSE_NOT_FOUND = 4404
 BACKFILL_PAGE = 1000
+_DIGITS = re.compile(r"[0-9]{1,20}")
 
 
 def _after_id(scope) -> int | None | bool:
@@ -43,7 +45,7 @@ def _after_id(scope) -> int | None | bool:
     if not values:
         return None
     raw = values[-1].strip()
-    if not raw.isdigit() or int(raw) > MAX_INT64:
+    if not _DIGITS.fullmatch(raw) or int(raw) > MAX_INT64:
         return False
     return int(raw)
 
@@ -57,22 +59,15 @@ def _summaries(batch: list, cache: dict) -> list[dict]:
     return out
 
 
-def _events_between(*, after_id: int, before_id: int | None, item_id: str | None) -> list[dict]:
-    """Stored events with after_id < id (< before_id), in id order, as stream messages. The item
-    summaries are read once per item: a replayed event carries its item's current state."""
-    out: list[dict] = []
-    cache: dict = {}
-    cursor = after_id
-    while True:
-        batch = selectors.events_after(after_id=cursor, item_id=item_id, limit=BACKFILL_PAGE)
-        if before_id is not None:
-            batch = [e for e in batch if e.id < before_id]
-        if not batch:
-            return out
-        out += _summaries(batch, cache)
-        cursor = batch[-1].id
-        if len(batch) < BACKFILL_PAGE:
-            return out
+def _events_page(*, after_id: int, before_id: int | None, item_id: str | None) -> tuple[list[dict], bool]:
+    """One page of stored events with after_id < id (< before_id), in id order, as stream
+    messages, and whether more may follow. Item summaries are read once per item and page: a
+    replayed event carries its item's current state."""
+    batch = selectors.events_after(after_id=after_id, item_id=item_id, limit=BACKFILL_PAGE)
+    more = len(batch) == BACKFILL_PAGE
+    if before_id is not None and batch and batch[-1].id >= before_id:
+        batch, more = [e for e in batch if e.id < before_id], False
+    return _summaries(batch, {}), more
 
 
 class WorkItemStreamConsumer(AsyncWebsocketConsumer):
@@ -97,20 +92,22 @@ class WorkItemStreamConsumer(AsyncWebsocketConsumer):
         await self.channel_layer.group_add(group, self.channel_name)  # join first, then read
         await self.accept()
         try:
-            hello, backlog = await database_sync_to_async(self._snapshot)(after_id)
+            hello = await database_sync_to_async(self._snapshot)()
         except NotFound:
             await self.close(code=CLOSE_NOT_FOUND)
             return
         await self.send_json(hello)
-        self.last_id = hello["last_event_id"] if after_id is None else after_id
-        for message in backlog:
-            await self._forward(message["event"]["id"], message)
+        if after_id is None:
+            self.last_id = hello["last_event_id"]
+        else:
+            self.last_id = after_id
+            await self._send_stored(before_id=None)
 
     async def _refuse(self, code: int) -> None:
         await self.accept()
         await self.close(code=code)
 
-    def _snapshot(self, after_id: int | None) -> tuple[dict, list[dict]]:
+    def _snapshot(self) -> dict:
         if self.item_id is None:
             hello = {"type": "hello", "last_event_id": selectors.event_last_id()}
         else:
@@ -121,8 +118,16 @@ class WorkItemStreamConsumer(AsyncWebsocketConsumer):
             graph = GraphOut.model_validate(selectors.graph_snapshot(self.item_id)).model_dump(mode="json")
             graph["last_event_id"] = last
             hello = {"type": "hello", "last_event_id": last, "graph": graph}
-        backlog = [] if after_id is None else _events_between(after_id=after_id, before_id=None, item_id=self.item_id)
-        return hello, backlog
+        return hello
+
+    async def _send_stored(self, *, before_id: int | None) -> None:
+        """Send the stored events after the last sent one (and before `before_id`), page by page."""
+        more = True
+        while more:
+            page, more = await database_sync_to_async(_events_page)(
+                after_id=self.last_id, before_id=before_id, item_id=self.item_id)
+            for message in page:
+                await self._forward(message["event"]["id"], message)
 
     async def _forward(self, event_id: int, message: dict) -> None:
         if event_id > self.last_id:
@@ -135,10 +140,7 @@ class WorkItemStreamConsumer(AsyncWebsocketConsumer):
             return  # already sent (backfill, or a hole filled from the database)
         previous = message["prev_id"] if self.item_id is None else message["item_prev_id"]
         if previous > self.last_id:
-            hole = await database_sync_to_async(_events_between)(
-                after_id=self.last_id, before_id=event_id, item_id=self.item_id)
-            for missed in hole:
-                await self._forward(missed["event"]["id"], missed)
+            await self._send_stored(before_id=event_id)
         await self._forward(event_id, message["message"])
 
     async def stream_progress(self, message: dict) -> None:
