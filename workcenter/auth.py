@@ -14,8 +14,11 @@ import secrets
 from datetime import timedelta
 
 from django.conf import settings
-from django.contrib.auth.models import Permission
-from django.db.models import Exists, OuterRef, Q
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
+from django.db.models import Q
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security import APIKeyCookie, HttpBearer
@@ -89,14 +92,50 @@ def api_token_revoke(*, label_or_prefix: str, now=None) -> list[ApiToken]:
 
 
 MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
+_TOKEN_SQL: dict[tuple[str, bool], str] = {}
 
 
-def _holds(permission: str) -> Exists:
-    """`app_label.codename` granted to the token's user directly or through a group: what
-    ModelBackend looks up, as a subquery."""
-    app_label, _, codename = permission.partition(".")
-    return Exists(Permission.objects.filter(Q(user=OuterRef("user_id")) | Q(group__user=OuterRef("user_id")),
-                                            content_type__app_label=app_label, codename=codename))
+def _token_sql(with_permission: bool) -> str:
+    """The live token's user by prefix, with the token's id and hash, whether `last_used_at` is
+    due (older than the first parameter) and, `with_permission`, whether the user holds
+    `app_label.codename` (the next two parameters) directly or through a group — the tables
+    ModelBackend reads. Hand-written SQL, built once per database vendor from the models' table
+    and column names: Django's ORM took 1.1 ms per request to compile the equivalent query,
+    whose execution takes 0.03 ms."""
+    key = (connection.vendor, with_permission)
+    if key in _TOKEN_SQL:
+        return _TOKEN_SQL[key]
+    qn = connection.ops.quote_name
+    User = get_user_model()
+    user_pk = f"u.{qn(User._meta.pk.column)}"
+
+    def m2m(model, name):
+        field = model._meta.get_field(name)
+        return (qn(field.remote_field.through._meta.db_table), qn(field.m2m_column_name()),
+                qn(field.m2m_reverse_name()))
+
+    holds = "NULL"
+    if with_permission:
+        up_table, up_user, up_perm = m2m(User, "user_permissions")
+        ug_table, ug_user, ug_group = m2m(User, "groups")
+        gp_table, gp_group, gp_perm = m2m(Group, "permissions")
+        holds = (
+            f"EXISTS (SELECT 1 FROM {qn(Permission._meta.db_table)} p "
+            f"INNER JOIN {qn(ContentType._meta.db_table)} ct ON ct.{qn('id')} = p.{qn('content_type_id')} "
+            f"WHERE ct.{qn('app_label')} = %s AND p.{qn('codename')} = %s AND ("
+            f"p.{qn('id')} IN (SELECT up.{up_perm} FROM {up_table} up WHERE up.{up_user} = {user_pk}) OR "
+            f"p.{qn('id')} IN (SELECT gp.{gp_perm} FROM {gp_table} gp INNER JOIN {ug_table} ug "
+            f"ON ug.{ug_group} = gp.{gp_group} WHERE ug.{ug_user} = {user_pk})))"
+        )
+    columns = ", ".join(f"u.{qn(f.column)}" for f in User._meta.concrete_fields)
+    sql = (
+        f"SELECT {columns}, t.{qn('id')} AS token_id, t.{qn('token_hash')} AS token_digest, "
+        f"(t.{qn('last_used_at')} IS NULL OR t.{qn('last_used_at')} <= %s) AS token_touch, {holds} AS token_holds "
+        f"FROM {qn(ApiToken._meta.db_table)} t INNER JOIN {qn(User._meta.db_table)} u ON {user_pk} = t.{qn('user_id')} "
+        f"WHERE t.{qn('prefix')} = %s AND t.{qn('revoked_at')} IS NULL ORDER BY t.{qn('id')} LIMIT 1"
+    )
+    _TOKEN_SQL[key] = sql
+    return sql
 
 
 def api_token_user(raw: str, *, permission: str | None = None):
@@ -110,19 +149,22 @@ def api_token_user(raw: str, *, permission: str | None = None):
         return None
     prefix, secret = parts
     digest = token_hash(secret)
-    tokens = ApiToken.objects.select_related("user").filter(prefix=prefix, revoked_at__isnull=True)
     fast = permission is not None and list(settings.AUTHENTICATION_BACKENDS) == [MODEL_BACKEND]
-    if fast:
-        tokens = tokens.annotate(holds_permission=_holds(permission))
-    token = tokens.first()
-    if token is None or not hmac.compare_digest(token.token_hash, digest) or not token.user.is_active:
-        return None
-    user = token.user
-    if fast:
-        user.checked_permissions = {permission: user.is_superuser or token.holds_permission}
     now = timezone.now()
-    if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    params = [connection.ops.adapt_datetimefield_value(now - LAST_USED_RESOLUTION)]
+    if fast:
+        app_label, _, codename = permission.partition(".")
+        params += [app_label, codename]
+    params.append(prefix)
+    user = next(iter(get_user_model().objects.raw(_token_sql(fast), params)), None)
+    if user is None or not hmac.compare_digest(user.token_digest, digest) or not user.is_active:
+        return None
+    token_id, touch, holds = user.token_id, user.token_touch, user.token_holds
+    del user.token_id, user.token_digest, user.token_touch, user.token_holds
+    if fast:
+        user.checked_permissions = {permission: bool(user.is_superuser or holds)}
+    if touch:
+        ApiToken.objects.filter(pk=token_id).update(last_used_at=now)
     return user
 
 

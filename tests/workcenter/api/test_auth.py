@@ -279,3 +279,18 @@ def test_other_backends_decide_through_has_perm(make_user, token_api, settings):
     # then the permission tables alone no longer refuse
     assert client.get("/events").status_code == 200
     assert client.post("/claims", {"owner_boot_id": "b"}).status_code == 204
+
+
+def test_token_use_is_written_at_most_once_a_minute(api):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    assert api.get("/events").status_code == 200
+    first = ApiToken.objects.get().last_used_at
+    assert first is not None
+    assert api.get("/events").status_code == 200
+    assert ApiToken.objects.get().last_used_at == first  # within the minute: no write
+    ApiToken.objects.update(last_used_at=timezone.now() - timedelta(minutes=2))
+    assert api.get("/events").status_code == 200
+    assert ApiToken.objects.get().last_used_at > first
