@@ -17,6 +17,12 @@
 (default postgres://postgres@127.0.0.1:5432/workcenter_bench) and drops and recreates that
 database first (refused unless its name contains "bench"). With `--json` the last line printed
 is one JSON object with the figures.
+
+PostgreSQL commits are durable by default: each commit waits for its WAL flush, and since event
+ids commit in id order (one advisory lock from the event insert to the commit), commits cannot
+share a flush, so throughput is bounded by the disk's flush rate (two commits per action). To
+measure asynchronous commit, pass it as a connection option in the URL:
+`DATABASE_URL='postgres://…/workcenter_bench?options=-c%20synchronous_commit%3Doff'`.
 """
 from __future__ import annotations
 

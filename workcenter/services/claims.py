@@ -60,7 +60,7 @@ def action_claim(
     n_action = len(common.ACTION_ROW.fields)
     with store_transaction():
         now = resolve_now(now)
-        with connection.cursor() as cur:
+        with common.hot_cursor() as cur:
             cur.execute(common._sql("claim_first"))
             while True:
                 row = cur.fetchone()

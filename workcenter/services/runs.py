@@ -8,8 +8,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
-
 from ..errors import InvalidInput, InvalidState, PlanError, ReservationActive, StaleRun
 from ..events import event_append, publish_progress_on_commit
 from ..models import Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus
@@ -106,7 +104,7 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
     if not isinstance(result, dict):
         raise InvalidInput("result must be an object", fields=["result"])
     actor = actor or f"worker:{owner_boot_id}"
-    with store_transaction(), connection.cursor() as cur:
+    with store_transaction(), common.hot_cursor() as cur:
         now = resolve_now(now)
         # 1. run, action and item in one read (the item locked first), then the fence (§7.1)
         run, action, item = common.lease_rows(run_id)
