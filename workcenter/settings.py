@@ -75,11 +75,14 @@ _db = dj_database_url.parse(DATABASE_URL, conn_max_age=int(os.environ.get("DJANG
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     # Every store operation takes the write lock up front (DOMAIN §2.7): an IMMEDIATE
     # transaction serialises writers instead of failing on lock upgrade. WAL lets readers
-    # (dashboard, API GETs) run beside the single writer.
+    # (dashboard, API GETs) run beside the single writer. With synchronous=NORMAL only WAL
+    # checkpoints fsync, and the commit that triggers one pays for it: checkpointing every
+    # 10,000 pages (~40 MB of WAL) instead of 1,000 stalls the claim/submit path 10× less often.
     _db["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;",
+        "init_command": ("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000; "
+                         "PRAGMA wal_autocheckpoint=10000;"),
     }
     # Tests use a file database (not shared-cache memory) so that real threads and processes
     # exercise the same locking as production.
