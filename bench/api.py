@@ -12,7 +12,8 @@ through `workcenter.worker.HttpStore` (the HTTP workers' client: keep-alive conn
 every action is done, timing each call (request sent until the body is parsed).
 
 Without --url it runs its own server: a fresh database (`--db sqlite`: a temporary SQLite file;
-`--db postgres`: postgres://postgres@127.0.0.1:5432/workcenter_apibench, dropped and recreated),
+`--db postgres`: DATABASE_URL when it names a PostgreSQL database whose name contains "bench", else
+postgres://postgres@127.0.0.1:5432/workcenter_apibench; dropped and recreated),
 `python manage.py migrate`, a user holding view_workitem/change_workitem/run_actions with an API
 token, and `python -m daphne workcenter.asgi:application` on a free port (one process by default;
 `--servers K` starts K daphne processes on K ports and spreads the clients over them; the output
@@ -51,6 +52,14 @@ LONG_LEASE_MS = svcbench.LONG_LEASE_MS
 SUBMIT_BODY = dict(svcbench.RESULT)
 MAX_EMPTY_RETRIES = 500  # a client that gets 204 while actions remain sleeps 2 ms and retries
 SERVER_START_TIMEOUT = 60.0
+
+
+def pg_url() -> str:
+    """DATABASE_URL when it is a PostgreSQL bench database (so concurrent runs can use their own)."""
+    url = os.environ.get("DATABASE_URL", "")
+    if url.startswith(("postgres://", "postgresql://")) and "bench" in url.rsplit("/", 1)[-1]:
+        return url
+    return PG_URL
 
 
 # --------------------------------------------------------------------------- server
@@ -195,7 +204,9 @@ def run_clients(workers: int, urls: list[str], token: str, total: int | None) ->
 def service_layer(db: str, items: int, workers: int) -> dict | None:
     """bench/claims.py on its own fresh database of the same kind; its JSON (last line)."""
     env = dict(os.environ)
-    env.pop("DATABASE_URL", None)  # claims.py makes its own (temp SQLite / workcenter_bench)
+    env.pop("DATABASE_URL", None)  # claims.py makes its own: a temp SQLite file, or on PostgreSQL
+    if db == "postgres":           # <our database>_svc (dropped and recreated by claims.py)
+        env["DATABASE_URL"] = pg_url() + "_svc"
     cmd = [sys.executable, str(BENCH / "claims.py"), "--db", db, "--items", str(items),
            "--workers", str(workers), "--json"]
     print(f"\nService layer, same run: {' '.join(cmd[1:])}")
@@ -246,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             where = f"server {args.url}"
         else:
             if args.db == "postgres":
-                os.environ["DATABASE_URL"] = PG_URL
+                os.environ["DATABASE_URL"] = pg_url()
             tmp = svcbench.prepare_database(args.db)  # fresh temp SQLite / dropped+recreated PG database
             subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=REPO,
                            env=os.environ, check=True)
