@@ -96,7 +96,9 @@ class WorkItem(models.Model):
 
 class Action(models.Model):
     id = models.CharField(primary_key=True, max_length=200, default=new_id)
-    work_item = models.ForeignKey(WorkItem, on_delete=models.CASCADE, related_name="actions")
+    # no index of its own: the (work_item, sequence) constraint leads with it (every index is
+    # maintained by each claim and submit)
+    work_item = models.ForeignKey(WorkItem, on_delete=models.CASCADE, related_name="actions", db_index=False)
     sequence = models.IntegerField()
     type = models.CharField(max_length=64)
     stage_id = models.CharField(max_length=200, null=True, blank=True)
@@ -147,8 +149,9 @@ class Action(models.Model):
 
 class Run(models.Model):
     id = models.CharField(primary_key=True, max_length=200, default=new_id)
-    action = models.ForeignKey(Action, on_delete=models.CASCADE, related_name="runs")
-    work_item = models.ForeignKey(WorkItem, on_delete=models.CASCADE, related_name="runs")
+    # no indexes of their own: wc_run_action and wc_run_item lead with them
+    action = models.ForeignKey(Action, on_delete=models.CASCADE, related_name="runs", db_index=False)
+    work_item = models.ForeignKey(WorkItem, on_delete=models.CASCADE, related_name="runs", db_index=False)
     owner_boot_id = models.CharField(max_length=200)
     lease_epoch = models.IntegerField()
     status = models.CharField(max_length=32, choices=RunStatus.choices, default=RunStatus.RUNNING)
@@ -191,7 +194,8 @@ class Run(models.Model):
 
 class Event(models.Model):
     id = models.BigAutoField(primary_key=True)
-    work_item = models.ForeignKey(WorkItem, on_delete=models.CASCADE, related_name="events")
+    work_item = models.ForeignKey(WorkItem, on_delete=models.CASCADE, related_name="events",
+                                  db_index=False)  # wc_event_item leads with it
     action_id = models.CharField(max_length=200, null=True, blank=True)
     run_id = models.CharField(max_length=200, null=True, blank=True)
     type = models.CharField(max_length=64)
