@@ -321,7 +321,8 @@ def action_claim(request, payload: ClaimIn):
         "work_item": detail,
         "action": detail.action(claim.action.pk),
         "run": claim.run,
-        "dependencies": selectors.claim_dependencies(claim.action, claim.work_item),
+        "dependencies": selectors.claim_dependencies(claim.action, claim.work_item, actions=detail.actions,
+                                                     runs=detail.runs),
     })
 
 

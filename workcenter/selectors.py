@@ -149,7 +149,11 @@ def work_item_detail(item_id: str) -> dict:
     actions = list(Action.objects.filter(work_item_id=item_id).order_by("sequence"))
     runs = list(Run.objects.filter(work_item_id=item_id).order_by("-started_at", "-pk"))
     events = list(Event.objects.filter(work_item_id=item_id).order_by("-id")[:500])
-    per_action = stats_by_action(item_id)
+    per_action: dict[str, dict] = {}  # stats_by_action from the runs just read (one query fewer)
+    for run in runs:
+        sums = per_action.setdefault(run.action_id, {f: 0 for f in COUNTER_FIELDS})
+        for f in COUNTER_FIELDS:
+            sums[f] += int(getattr(run, f) or 0)
     zero = {f: 0 for f in COUNTER_FIELDS}
     for a in actions:
         a.execution_stats = per_action.get(a.pk, dict(zero))
@@ -238,18 +242,29 @@ def _latest_completed_runs(action_ids: list[str]) -> dict[str, Run]:
     return out
 
 
-def action_dependencies(*, item_id: str, stage_ids: list[str]) -> list[dict]:
+def action_dependencies(*, item_id: str, stage_ids: list[str], actions: list[Action] | None = None,
+                        runs: list[Run] | None = None) -> list[dict]:
     """DOMAIN §10.1 list_action_dependencies: the canonical action of each stage [DEV-1], in
-    sequence order, with summary, normalised evidence and executor id of its latest completed run."""
+    sequence order, with summary, normalised evidence and executor id of its latest completed run.
+    `actions` (by sequence) and `runs`: the item's rows when the caller has just read them."""
     from .services.common import canonical_actions
     from .services.normalize import normalize_evidence
 
     wanted = [s for s in (stage_ids or []) if isinstance(s, str)]
     if not wanted:
         return []
-    canonical = canonical_actions(Action.objects.filter(work_item_id=item_id).order_by("sequence"))
+    if actions is None:
+        actions = Action.objects.filter(work_item_id=item_id).order_by("sequence")
+    canonical = canonical_actions(actions)
     deps = sorted((canonical[s] for s in set(wanted) if s in canonical), key=lambda a: a.sequence)
-    runs = _latest_completed_runs([a.pk for a in deps])
+    if runs is None:
+        runs = _latest_completed_runs([a.pk for a in deps])
+    else:
+        completed = sorted((r for r in runs if r.status == RunStatus.COMPLETED),
+                           key=lambda r: (r.ended_at is not None, r.ended_at, r.started_at), reverse=True)
+        runs = {}
+        for r in completed:
+            runs.setdefault(r.action_id, r)
     out = []
     for a in deps:
         run = runs.get(a.pk)
@@ -266,11 +281,13 @@ def action_dependencies(*, item_id: str, stage_ids: list[str]) -> list[dict]:
     return out
 
 
-def claim_dependencies(action: Action, item: WorkItem) -> list[dict]:
+def claim_dependencies(action: Action, item: WorkItem, *, actions: list[Action] | None = None,
+                       runs: list[Run] | None = None) -> list[dict]:
     """The dependencies a claimed action receives: graph items only (linear ignores them, §2.2)."""
     if item.execution_mode != "graph":
         return []
-    return action_dependencies(item_id=item.pk, stage_ids=list(action.depends_on_stage_ids or []))
+    return action_dependencies(item_id=item.pk, stage_ids=list(action.depends_on_stage_ids or []),
+                               actions=actions, runs=runs)
 
 
 # --- graph (API.md "Graph") ---------------------------------------------------------------------

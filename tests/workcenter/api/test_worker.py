@@ -347,3 +347,39 @@ def test_claim_carries_dependencies_of_graph_actions(api):
     assert dep["vp_id"] is None
     api.complete(judge, acceptance_checks=checks_for(["c1"]))
     assert api.get(f"/work-items/{judge['work_item']['id']}").json()["status"] == "done"
+
+
+def test_claim_dependencies_come_from_the_detail_rows(api):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from workcenter import selectors
+
+    # given a graph item whose first stage failed once (retryable) before it completed
+    api.create(acceptance_criteria=["c1"])
+    triage = api.claim()
+    plan = {"work_item_type": "analysis", "actions": [
+        {"id": "collect", "type": "research", "objective": "Collect facts"},
+        {"id": "judge", "type": "analysis", "objective": "Judge", "depends_on_action_ids": ["collect"]},
+    ]}
+    api.complete(triage, plan=plan)
+    first = api.claim()
+    assert api.submit(first, outcome="retryable", error="flaky", summary="first try")["run"]["status"] == "retryable"
+    second = api.claim()
+    assert second["action"]["id"] == first["action"]["id"] and second["run"]["id"] != first["run"]["id"]
+    api.complete(second, summary="second try", evidence=["n.md"])
+    # when the dependent stage is claimed
+    with CaptureQueriesContext(connection) as captured:
+        judge = api.claim()
+    # then its dependency is the completed run's, exactly what the query path answers
+    [dep] = judge["dependencies"]
+    assert dep["summary"] == "second try" and dep["status"] == "completed"
+    action = Action.objects.get(pk=judge["action"]["id"])
+    expected = selectors.claim_dependencies(action, WorkItem.objects.get(pk=judge["work_item"]["id"]))
+    assert [{**d, "evidence": [e["label"] for e in d["evidence"]]} for d in expected] == \
+        [{**d, "evidence": [e["label"] for e in d["evidence"]]} for d in judge["dependencies"]]
+    # read from the rows the work item detail had just read: no second pass over actions or runs
+    action_reads = [q["sql"] for q in captured.captured_queries
+                    if q["sql"].startswith("SELECT") and 'FROM "workcenter_action"' in q["sql"]
+                    and 'ORDER BY "workcenter_action"."sequence"' in q["sql"]]
+    assert len(action_reads) == 1, action_reads
