@@ -183,6 +183,7 @@ def test_errors_leave_as_json(handler, token):
 
 
 @override_settings(ROOT_URLCONF=__name__)
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume synchronous iterators")
 def test_streaming_response_is_sent_in_parts_then_closed(handler):
     finished = []
     request_finished.connect(lambda **kw: finished.append(True), weak=False, dispatch_uid="h5-stream")
