@@ -7,13 +7,17 @@ processes without a channel layer) the publisher logs.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import concurrent.futures
 import hashlib
 import logging
+import os
 import re
+import threading
+import time
 import weakref
 from typing import Any, Callable
 
-from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import connection, transaction
 
@@ -187,17 +191,45 @@ def _may_have_members(layer, groups: list[str]) -> bool:
     return True
 
 
-# The event loop of this process's websocket server, registered by the consumers. Sends from
-# other threads are handed to it: an in-memory layer's queues belong to that loop (asyncio
-# queues are not thread-safe), and a Redis layer keeps its pooled connections there.
+# Sends never block the committing code: they are handed to an event loop that runs them in
+# submission order. In a web process that is the websocket server's loop, registered by the
+# consumers (an in-memory layer's asyncio queues belong to it and are not thread-safe; a Redis
+# layer keeps its pooled connections there). Elsewhere (workers, commands) a daemon thread runs a
+# loop of its own, drained for a few seconds at exit so a short command's last events still leave.
 _stream_loop: asyncio.AbstractEventLoop | None = None
+_own_loop: tuple[int, asyncio.AbstractEventLoop] | None = None
+_own_loop_lock = threading.Lock()
 _send_locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
-_pending: set = set()  # fire-and-forget sends stay referenced until done
+_pending: set = set()  # sends in flight stay referenced until done
+DRAIN_SECONDS = 5.0
 
 
 def set_stream_loop(loop: asyncio.AbstractEventLoop) -> None:
     global _stream_loop
     _stream_loop = loop
+
+
+def _publisher_loop() -> asyncio.AbstractEventLoop:
+    global _own_loop
+    with _own_loop_lock:
+        if _own_loop is None or _own_loop[0] != os.getpid():  # none yet, or inherited through fork
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="workcenter-publisher", daemon=True).start()
+            if _own_loop is None:
+                atexit.register(drain_publisher)
+            _own_loop = (os.getpid(), loop)
+        return _own_loop[1]
+
+
+def drain_publisher(timeout: float = DRAIN_SECONDS) -> None:
+    """Wait (bounded) for the sends handed to another thread's loop to finish."""
+    deadline = time.monotonic() + timeout
+    for future in list(_pending):
+        if isinstance(future, concurrent.futures.Future):
+            try:
+                future.result(max(0.0, deadline - time.monotonic()))
+            except Exception:  # logged by _log_failure; a timeout leaves it to the cursor
+                pass
 
 
 async def _send_all(layer, groups: list[str], message: dict) -> None:
@@ -218,22 +250,16 @@ def _log_failure(future) -> None:
 
 
 def _group_send(layer, groups: list[str], message: dict) -> None:
+    loop = _stream_loop
+    if loop is None or loop.is_closed() or not loop.is_running():
+        loop = _publisher_loop()
     try:
         running = asyncio.get_running_loop()
     except RuntimeError:
         running = None
-    loop = _stream_loop
-    if loop is not None and loop.is_running() and not loop.is_closed():
-        if running is loop:
-            future = loop.create_task(_send_all(layer, groups, message))
-        else:
-            future = asyncio.run_coroutine_threadsafe(_send_all(layer, groups, message), loop)
-    elif running is not None:  # sync code on an event loop's thread: cannot block it
-        future = running.create_task(_send_all(layer, groups, message))
+    if running is loop:
+        future = loop.create_task(_send_all(layer, groups, message))
     else:
-        future = None
-    if future is not None:
-        _pending.add(future)
-        future.add_done_callback(_log_failure)
-    else:  # a thread of its own (worker process, command): asgiref finds or makes a loop
-        async_to_sync(_send_all)(layer, groups, message)
+        future = asyncio.run_coroutine_threadsafe(_send_all(layer, groups, message), loop)
+    _pending.add(future)
+    future.add_done_callback(_log_failure)
