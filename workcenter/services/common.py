@@ -576,6 +576,7 @@ def hot_cursor():
         return connection.cursor()
     import psycopg
 
+    connection.close_if_health_check_failed()  # what connection.cursor() does first
     connection.ensure_connection()
     return connection._prepare_cursor(psycopg.Cursor(connection.connection))
 
