@@ -31,6 +31,8 @@ from workcenter.auth import VIEW
 from workcenter.errors import NotFound
 from workcenter.schemas import MAX_INT64, GraphOut
 
+from .pump import pump
+
 CLOSE_BAD_REQUEST = 4400
 CLOSE_NOT_AUTHENTICATED = 4401
 CLOSE_PERMISSION_DENIED = 4403
@@ -90,6 +92,7 @@ class WorkItemStreamConsumer(AsyncWebsocketConsumer):
         self.groups = [group]  # websocket_disconnect leaves it
         events.set_stream_loop(asyncio.get_running_loop())
         await self.channel_layer.group_add(group, self.channel_name)  # join first, then read
+        await pump.consumer_joined(self.channel_name)  # other processes' events (in-memory layer)
         await self.accept()
         try:
             hello = await database_sync_to_async(self._snapshot)()
@@ -102,6 +105,9 @@ class WorkItemStreamConsumer(AsyncWebsocketConsumer):
         else:
             self.last_id = after_id
             await self._send_stored(before_id=None)
+
+    async def disconnect(self, code) -> None:
+        pump.consumer_left(self.channel_name)
 
     async def _refuse(self, code: int) -> None:
         await self.accept()

@@ -133,20 +133,26 @@ def event_message(event: Event, work_item=None) -> dict:
             "work_item": WorkItemSummaryOut.from_orm(item).model_dump(mode="json")}
 
 
-def channel_publish(event: Event) -> None:
-    """The publisher of a process with a channel layer (runs after commit, never raises)."""
+def channel_publish(event: Event, *, previous: tuple[int, int] | None = None, work_item=None) -> bool:
+    """The publisher of a process with a channel layer (runs after commit, never raises).
+
+    `previous` (overall, in-item previous event ids) and `work_item` (its summary) may be given
+    by a caller that already knows them (dashboard/pump.py, publishing a page of events); they
+    are read otherwise. True when a message was handed to the layer."""
     from . import selectors
 
     try:
         layer = get_channel_layer()
         groups = [ITEMS_GROUP, item_group(event.work_item_id)]
         if layer is None or not _may_have_members(layer, groups):
-            return
-        prev_id, item_prev_id = selectors.event_previous_ids(event)
+            return False
+        prev_id, item_prev_id = previous if previous is not None else selectors.event_previous_ids(event)
         _group_send(layer, groups, {"type": "stream.event", "id": event.id, "prev_id": prev_id,
-                                    "item_prev_id": item_prev_id, "message": event_message(event)})
+                                    "item_prev_id": item_prev_id, "message": event_message(event, work_item)})
+        return True
     except Exception:  # the commit already happened; a lost message is covered by the cursor
         logger.exception("publishing event %s failed", event.id)
+        return False
 
 
 def progress_message(run) -> dict:

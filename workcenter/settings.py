@@ -120,6 +120,9 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
 
 WORKCENTER_DEFAULT_WORK_DIR = os.environ.get("WORKCENTER_DEFAULT_WORK_DIR", "")
+# In-memory channel layer only: how often a web server reads the events that other processes
+# committed, while a websocket client is connected (dashboard/pump.py); 0 turns that off.
+WORKCENTER_EVENT_POLL_MS = int(os.environ.get("WORKCENTER_EVENT_POLL_MS", "200"))
 # Threads serving HTTP requests per server process (workcenter/handlers.py), each with its own
 # database connection.
 WORKCENTER_HTTP_THREADS = int(os.environ.get("WORKCENTER_HTTP_THREADS", "8"))
