@@ -118,3 +118,63 @@ def test_submit_refreshes_the_graph_and_flags_from_one_read(store):
     store.complete(store.claim())
     assert Action.objects.get(stage_id="d").claimable is True
     assert store.item(item.pk).status == "ready"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_event_append_takes_the_order_lock_before_drawing_an_id(clock):
+    """PostgreSQL: the event insert is one statement that takes the event-order lock first, so a
+    second writer waits for the first one's commit before it draws the next id (ids commit in
+    id order; the stream cursor never skips an id that commits later)."""
+    import threading
+    import time
+
+    from django.db import connections, transaction
+
+    from workcenter.events import event_append
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the event-order lock is PostgreSQL's (SQLite serialises writers)")
+    # given a writer that appended an event and has not committed yet
+    now = clock()
+    item = WorkItem.objects.create(title="t", goal="g", created_at=now, updated_at=now)
+    inserted, release = threading.Event(), threading.Event()
+    ids = {}
+
+    def first():
+        try:
+            with transaction.atomic():
+                ids["first"] = event_append(work_item_id=item.pk, type="test.first", now=now).id
+                inserted.set()
+                release.wait(20)
+        finally:
+            connections.close_all()
+
+    def second():
+        try:
+            with transaction.atomic():
+                ids["second"] = event_append(work_item_id=item.pk, type="test.second", now=now).id
+        finally:
+            connections.close_all()
+
+    t1 = threading.Thread(target=first)
+    t1.start()
+    assert inserted.wait(20)
+    # when a second writer appends
+    t2 = threading.Thread(target=second)
+    t2.start()
+    with connection.cursor() as cur:
+        deadline = time.monotonic() + 20
+        while True:
+            cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            if cur.fetchone()[0] or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        # then it waits on the lock without having drawn an id (sequences are not transactional)
+        cur.execute("SELECT pg_sequence_last_value(pg_get_serial_sequence('workcenter_event', 'id')::regclass)")
+        assert cur.fetchone()[0] == ids["first"]
+        assert "second" not in ids
+    release.set()
+    t1.join(20)
+    t2.join(20)
+    assert ids["second"] == ids["first"] + 1
+    assert list(Event.objects.order_by("id").values_list("type", flat=True)) == ["test.first", "test.second"]
