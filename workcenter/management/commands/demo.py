@@ -37,6 +37,28 @@ SEED = [
 ]
 
 
+# New work that keeps arriving while the demo runs, so the dashboard stays alive after the seed is done.
+FEED = [
+    ("Add audit logging to admin actions", "Every admin change is traceable", ["Audit rows for each change"]),
+    ("Cache the pricing lookups", "Cut pricing latency in half", ["p50 below 20 ms"]),
+    ("Retire the legacy export endpoint", "Remove the unused v0 export", ["No callers left"]),
+    ("Harden the file upload path", "Reject oversized and malformed uploads", ["Limits enforced", "Clear errors"]),
+    ("Speed up the nightly reindex", "Finish the reindex before 6 am", ["Runs under 2 hours"]),
+    ("Translate the onboarding emails", "Onboarding mails in German and French", ["Both languages sent"]),
+    ("Investigate the memory growth in workers", "Find the leak in long-running workers", ["Cause identified"]),
+    ("Add SSO for the support team", "Support signs in with the company IdP", ["SSO login works"]),
+]
+
+
+def feed_item(n: int):
+    """The n-th item of the demo's feed, created and started as the team lead would."""
+    title, goal, criteria = FEED[n % len(FEED)]
+    round_ = n // len(FEED)
+    return services.work_item_create(title=title if round_ == 0 else f"{title} (#{round_ + 1})", goal=goal,
+                                     acceptance_criteria=criteria, start=True,
+                                     origin={"created_by": "demo-feed"}, actor="user:lead")
+
+
 def _completed(criteria, **extra):
     return {"outcome": "completed", "summary": "Seeded by the demo", "evidence": ["demo seed"],
             "acceptance_checks": [{"criterion": c, "status": "passed", "evidence": "demo"} for c in criteria], **extra}
@@ -112,6 +134,8 @@ class Command(BaseCommand):
         parser.add_argument("--no-workers", action="store_true")
         parser.add_argument("--workers", type=int, default=2)
         parser.add_argument("--no-serve", action="store_true", help="prepare the database and exit")
+        parser.add_argument("--feed-seconds", type=float, default=25.0,
+                            help="create a new work item this often while running (0 = never), so work keeps arriving")
 
     def handle(self, *args, **opts):
         call_command("migrate", verbosity=0)
@@ -147,9 +171,19 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
+        feed_every = max(0.0, opts["feed_seconds"])
+        next_feed = time.monotonic() + feed_every
+        fed = WorkItem.objects.filter(origin__created_by="demo-feed").count()
         try:
             while not stopping and all(p.poll() is None for p in procs[:1]):
                 time.sleep(0.5)
+                if feed_every and time.monotonic() >= next_feed:
+                    next_feed = time.monotonic() + feed_every
+                    try:
+                        feed_item(fed)
+                        fed += 1
+                    except Exception as exc:  # the demo goes on; say why the feed skipped a beat
+                        self.stderr.write(f"demo feed: could not create a work item: {exc}")
         finally:
             for p in reversed(procs):
                 if p.poll() is None:

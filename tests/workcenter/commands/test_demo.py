@@ -1,0 +1,35 @@
+import pytest
+from django.core.management import call_command
+
+from workcenter.management.commands.demo import FEED, SEED, feed_item, seed_items
+from workcenter.models import Event, WorkItem
+
+
+@pytest.mark.django_db
+def test_demo_seed_covers_every_status_once():
+    # when
+    created = seed_items()
+    # then
+    assert created == len(SEED)
+    statuses = set(WorkItem.objects.values_list("status", flat=True))
+    assert {"draft", "ready", "waiting", "needs_attention", "done", "cancelled"} <= statuses
+    assert seed_items() == 0  # a second run adds nothing
+
+
+@pytest.mark.django_db
+def test_demo_feed_creates_started_items_and_cycles_titles():
+    # when
+    items = [feed_item(n) for n in range(len(FEED) + 1)]
+    # then
+    assert all(i.status == "ready" for i in items)
+    assert items[0].title == FEED[0][0]
+    assert items[-1].title == f"{FEED[0][0]} (#2)"
+    assert Event.objects.filter(type="work_item.created", actor="user:lead").count() == len(items)
+
+
+@pytest.mark.django_db
+def test_demo_no_serve_prepares_users_and_items(capsys):
+    call_command("demo", "--no-serve")
+    out = capsys.readouterr().out
+    assert f"{len(SEED)} demo work items created" in out
+    assert WorkItem.objects.count() == len(SEED)
