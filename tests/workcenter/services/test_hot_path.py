@@ -120,6 +120,7 @@ def test_submit_refreshes_the_graph_and_flags_from_one_read(store):
     assert store.item(item.pk).status == "ready"
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_event_append_takes_the_order_lock_before_drawing_an_id(clock):
     """PostgreSQL: the event insert is one statement that takes the event-order lock first, so a
