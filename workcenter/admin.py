@@ -286,10 +286,8 @@ def _repair_action(name: str):
 
 # --- model admins ------------------------------------------------------------------------------
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """View-only pages: the store is written by services only."""
-
-    list_per_page = 50
+class ViewOnly:
+    """No add, change or delete through the admin: the store is written by services only."""
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -299,24 +297,45 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class Columns:
+    """Columns shared by the admins and inlines of items, actions, runs and events."""
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, obj):
+        return short(obj.pk)
+
+    @admin.display(description="status", ordering="status")
+    def badge(self, obj):
+        return status_badge(obj.status)
+
+    @admin.display(description="work item", ordering="work_item__title")
+    def item(self, obj):
+        return change_link("workitem", obj.work_item_id, obj.work_item.title)
+
+    @admin.display(description="stage", ordering="stage_id")
+    def stage(self, obj):
+        return obj.effective_stage_id
+
+    @admin.display(description="attempt / max")
+    def attempts(self, obj):
+        return f"{obj.attempt} / {obj.max_attempts}"
+
+
+class ReadOnlyAdmin(ViewOnly, Columns, admin.ModelAdmin):
+    """View-only pages with the shared columns; repairs go through admin actions."""
+
+    list_per_page = 50
 
     def has_repair_permission(self, request):
         return request.user.has_perm(CHANGE)
 
 
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyInline(ViewOnly, Columns, admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = True
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 class ActionInline(ReadOnlyInline):
@@ -325,18 +344,6 @@ class ActionInline(ReadOnlyInline):
     readonly_fields = fields
     ordering = ("sequence",)
 
-    @admin.display(description="stage")
-    def stage(self, obj):
-        return obj.effective_stage_id
-
-    @admin.display(description="status")
-    def badge(self, obj):
-        return status_badge(obj.status)
-
-    @admin.display(description="attempt / max")
-    def attempts(self, obj):
-        return f"{obj.attempt} / {obj.max_attempts}"
-
 
 class RunInline(ReadOnlyInline):
     model = Run
@@ -344,14 +351,6 @@ class RunInline(ReadOnlyInline):
     fields = ("short_id", "badge", "owner_boot_id", "lease_epoch", "started_at", "expires_at", "ended_at", "error")
     readonly_fields = fields
     ordering = ("-started_at",)
-
-    @admin.display(description="run")
-    def short_id(self, obj):
-        return short(obj.pk)
-
-    @admin.display(description="status")
-    def badge(self, obj):
-        return status_badge(obj.status)
 
 
 def _count(model, field: str):
@@ -375,14 +374,6 @@ class WorkItemAdmin(ReadOnlyAdmin):
             action_count=_count(Action, "work_item"), run_count=_count(Run, "work_item"),
             event_count=_count(Event, "work_item"),
         )
-
-    @admin.display(description="id", ordering="id")
-    def short_id(self, obj):
-        return short(obj.pk)
-
-    @admin.display(description="status", ordering="status")
-    def badge(self, obj):
-        return status_badge(obj.status)
 
     @admin.display(description="mode")
     def mode(self, obj):
@@ -414,26 +405,6 @@ class ActionAdmin(ReadOnlyAdmin):
     actions = [_repair_action("reset_actions"), _repair_action("mark_actions_failed"), _repair_action("edit_actions")]
     readonly_fields = ("brief_view", "context_view", "related")
     exclude = ("brief", "context")
-
-    @admin.display(description="id", ordering="id")
-    def short_id(self, obj):
-        return short(obj.pk)
-
-    @admin.display(description="work item", ordering="work_item__title")
-    def item(self, obj):
-        return change_link("workitem", obj.work_item_id, obj.work_item.title)
-
-    @admin.display(description="stage", ordering="stage_id")
-    def stage(self, obj):
-        return obj.effective_stage_id
-
-    @admin.display(description="status", ordering="status")
-    def badge(self, obj):
-        return status_badge(obj.status)
-
-    @admin.display(description="attempt / max")
-    def attempts(self, obj):
-        return f"{obj.attempt} / {obj.max_attempts}"
 
     @admin.display(description="current run")
     def current_run(self, obj):
@@ -472,21 +443,9 @@ class RunAdmin(ReadOnlyAdmin):
     exclude = ("evidence", "checkpoint", "acceptance_checks", "contract_patch")
     readonly_fields = ("evidence_view", "acceptance_checks_view", "checkpoint_view", "contract_patch_view")
 
-    @admin.display(description="id", ordering="id")
-    def short_id(self, obj):
-        return short(obj.pk)
-
-    @admin.display(description="work item", ordering="work_item__title")
-    def item(self, obj):
-        return change_link("workitem", obj.work_item_id, obj.work_item.title)
-
     @admin.display(description="action", ordering="action__sequence")
     def action_link(self, obj):
         return change_link("action", obj.action_id, f"{obj.action.effective_stage_id} #{obj.action.sequence}")
-
-    @admin.display(description="status", ordering="status")
-    def badge(self, obj):
-        return status_badge(obj.status)
 
     @admin.display(description="lease", ordering="expires_at")
     def lease(self, obj):
@@ -536,10 +495,6 @@ class EventAdmin(ReadOnlyAdmin):
         if term.isdigit() and len(term) <= 18:  # a number is an event id, not a piece of some UUID
             return queryset.filter(pk=int(term)), False
         return found, may_have_duplicates
-
-    @admin.display(description="work item", ordering="work_item__title")
-    def item(self, obj):
-        return change_link("workitem", obj.work_item_id, obj.work_item.title)
 
     @admin.display(description="action")
     def action_ref(self, obj):
