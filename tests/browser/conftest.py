@@ -17,7 +17,9 @@ from django.db import connection
 from workcenter import events
 from workcenter.auth import api_token_create
 
-from .live import CHROMIUM, CHROMIUM_ARGS, ROOT, LiveServer, redis_layer
+from tests.live import ROOT
+
+from .live import CHROMIUM, CHROMIUM_ARGS, LiveServer, redis_layer
 
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 PASSWORD = "browser-test-password"

@@ -10,7 +10,6 @@ from workcenter import services
 from workcenter.models import Action
 
 from .conftest import screenshot, wait_live
-from .live import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

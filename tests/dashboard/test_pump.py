@@ -21,7 +21,7 @@ from dashboard.consumers import WorkItemStreamConsumer
 from dashboard.pump import pump
 from workcenter import services
 from workcenter.models import Event
-from tests.browser.live import ROOT, database_url, free_port, port_open, wait_until
+from tests.live import ROOT, database_url, free_port, port_open, wait_until
 
 from .conftest import TIMEOUT, open_stream, receive_all, run
 

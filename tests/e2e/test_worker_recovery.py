@@ -4,45 +4,19 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.db import connection
 
+from tests.live import ROOT, database_url, free_port, port_open, wait_until
 from workcenter.auth import api_token_create
 from workcenter.models import Action, Event, Run, WorkItem
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _database_url():
-    s = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{s['NAME']}"
-    return f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-
-
-def _wait_until(pred, timeout, step=0.2):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return False
 
 
 def _post(url, token, body):
@@ -57,8 +31,8 @@ def test_killed_worker_run_is_recovered_and_everything_finishes(tmp_path):
     user.user_permissions.add(*Permission.objects.filter(
         content_type__app_label="workcenter", codename__in=["view_workitem", "change_workitem", "run_actions"]))
     _, token = api_token_create(user=user, name="e2e")
-    port = _free_port()
-    env = dict(os.environ, DATABASE_URL=_database_url(), WORKCENTER_SIM_SCALE="1.5", WORKCENTER_SIM_RATES="0,0,0",
+    port = free_port()
+    env = dict(os.environ, DATABASE_URL=database_url(), WORKCENTER_SIM_SCALE="1.5", WORKCENTER_SIM_RATES="0,0,0",
                PYTHONUNBUFFERED="1")
     procs = []
     try:
@@ -67,7 +41,7 @@ def test_killed_worker_run_is_recovered_and_everything_finishes(tmp_path):
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(server)
         base = f"http://127.0.0.1:{port}"
-        assert _wait_until(lambda: _port_open(port), 30)
+        assert wait_until(lambda: port_open(port), 30)
         scripts = {}
         for i in range(6):
             title = f"e2e item {i}" + (" [sim:waiting]" if i == 5 else "")
@@ -95,7 +69,7 @@ def test_killed_worker_run_is_recovered_and_everything_finishes(tmp_path):
         victim, victim_boot = start_worker()
         survivor, _ = start_worker()
         # kill the victim while it holds a running run
-        assert _wait_until(lambda: Run.objects.filter(owner_boot_id=victim_boot, status="running").exists(), 60)
+        assert wait_until(lambda: Run.objects.filter(owner_boot_id=victim_boot, status="running").exists(), 60)
         killed = set(Run.objects.filter(owner_boot_id=victim_boot, status="running").values_list("pk", flat=True))
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
@@ -104,7 +78,7 @@ def test_killed_worker_run_is_recovered_and_everything_finishes(tmp_path):
             statuses = dict(WorkItem.objects.values_list("pk", "status"))
             return all(statuses.get(pk) == want for pk, want in scripts.items())
 
-        assert _wait_until(settled, 150), dict(WorkItem.objects.values_list("title", "status"))
+        assert wait_until(settled, 150), dict(WorkItem.objects.values_list("title", "status"))
         survivor.send_signal(signal.SIGTERM)
         survivor.wait(30)
     finally:
@@ -131,6 +105,3 @@ def test_killed_worker_run_is_recovered_and_everything_finishes(tmp_path):
     assert Event.objects.filter(type="run.claimed").count() == Run.objects.count()
 
 
-def _port_open(port):
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0

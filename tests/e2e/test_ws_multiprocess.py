@@ -17,7 +17,9 @@ from websockets.sync.client import connect
 from workcenter.auth import api_token_create
 from workcenter.models import Event
 
-from .test_worker_recovery import ROOT, _database_url, _free_port, _port_open, _post, _wait_until
+from tests.live import ROOT, database_url, free_port, port_open, wait_until
+
+from .test_worker_recovery import _post
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,13 +64,13 @@ def test_events_from_other_processes_reach_a_websocket_client_in_order():
     user.user_permissions.add(*Permission.objects.filter(
         content_type__app_label="workcenter", codename__in=["view_workitem", "change_workitem", "run_actions"]))
     _, token = api_token_create(user=user, name="e2e-ws")
-    env = dict(os.environ, DATABASE_URL=_database_url(), REDIS_URL=REDIS_URL, PYTHONUNBUFFERED="1",
+    env = dict(os.environ, DATABASE_URL=database_url(), REDIS_URL=REDIS_URL, PYTHONUNBUFFERED="1",
                WORKCENTER_SIM_SCALE="0.05", WORKCENTER_SIM_RATES="0,0,0")
-    port_a, port_b = _free_port(), _free_port()
+    port_a, port_b = free_port(), free_port()
     procs = [_daphne(port_a, env), _daphne(port_b, env)]
     listeners = []
     try:
-        assert _wait_until(lambda: _port_open(port_a) and _port_open(port_b), 30)
+        assert wait_until(lambda: port_open(port_a) and port_open(port_b), 30)
         everything = Listener(f"ws://127.0.0.1:{port_a}/ws/work-items/?token={token}")
         listeners.append(everything)
         assert everything.hello == {"type": "hello", "last_event_id": 0}
@@ -91,7 +93,7 @@ def test_events_from_other_processes_reach_a_websocket_client_in_order():
         assert {t for _, t, _ in stored} >= {"work_item.created", "run.claimed"} and len(stored) >= 3
         want = [i for i, _, _ in stored]
         want_item = [i for i, _, w in stored if w == item_id and i > one.hello["last_event_id"]]
-        assert _wait_until(lambda: len(everything.event_ids()) >= len(want)
+        assert wait_until(lambda: len(everything.event_ids()) >= len(want)
                            and len(one.event_ids()) >= len(want_item), 20, step=0.05), everything.messages
         time.sleep(0.5)  # nothing more (no duplicate) arrives
         assert everything.event_ids() == want

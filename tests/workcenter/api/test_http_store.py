@@ -3,67 +3,30 @@ connections reused across calls and threads, a server-closed connection replaced
 a request twice, API errors as StoreError."""
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.db import connection
 
+from tests.live import free_port, start_daphne, stop_process
 from workcenter.auth import api_token_create
 from workcenter.models import Run, WorkItem
 from workcenter.worker import HttpStore, StoreError
 
-ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _database_url() -> str:
-    s = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{s['NAME']}"
-    return f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 class Server:
     def __init__(self):
-        self.port = _free_port()
+        self.port = free_port()
         self.proc = None
 
     def start(self) -> None:
-        env = dict(os.environ, DATABASE_URL=_database_url(), DJANGO_DEBUG="0", WORKCENTER_LOG_LEVEL="WARNING")
-        self.proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                                      "workcenter.asgi:application"], cwd=ROOT, env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "daphne exited"
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise AssertionError("daphne did not start")
+        self.proc = start_daphne(self.port, {"DJANGO_DEBUG": "0", "WORKCENTER_LOG_LEVEL": "WARNING"})
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
     @property
     def url(self) -> str:

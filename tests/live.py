@@ -1,0 +1,67 @@
+"""Real servers for the end-to-end, stream and browser tests: daphne as a subprocess on a free port,
+serving the test database (SQLite file or PostgreSQL) that the test process writes through."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def database_url() -> str:
+    """The URL of the database this test runs on, for the subprocesses it starts."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    return f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+def wait_until(pred, timeout: float, step: float = 0.05) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return False
+
+
+def start_daphne(port: int, env: dict | None = None, *, stdout=subprocess.DEVNULL, timeout: float = 60) -> subprocess.Popen:
+    """daphne on 127.0.0.1:`port` over the test database (`env` overrides the environment);
+    returns once the port accepts connections, raises if the server exits first."""
+    full_env = dict(os.environ, DATABASE_URL=database_url(), PYTHONUNBUFFERED="1", **(env or {}))
+    full_env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # servers keep Django's async safety checks
+    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                             "workcenter.asgi:application"], cwd=ROOT, env=full_env,
+                            stdout=stdout, stderr=subprocess.STDOUT if stdout is not subprocess.DEVNULL else subprocess.DEVNULL)
+    if not wait_until(lambda: port_open(port) or proc.poll() is not None, timeout, 0.1) or proc.poll() is not None:
+        stop_process(proc)
+        raise RuntimeError(f"daphne did not start on port {port}")
+    return proc
+
+
+def stop_process(proc: subprocess.Popen | None, timeout: float = 10) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
