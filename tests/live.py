@@ -2,14 +2,18 @@
 serving the test database (SQLite file or PostgreSQL) that the test process writes through."""
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from django.db import connection
+from websockets.sync.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,3 +69,29 @@ def stop_process(proc: subprocess.Popen | None, timeout: float = 10) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout)
+
+
+class Listener:
+    """A real websocket client (the `websockets` package) reading on a thread, keeping every message."""
+
+    def __init__(self, url: str):
+        self._stack = contextlib.ExitStack()
+        self.ws = self._stack.enter_context(connect(url, open_timeout=10))
+        self.hello = json.loads(self.ws.recv(timeout=10))
+        self.messages: list[dict] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        try:
+            for raw in self.ws:
+                self.messages.append(json.loads(raw))
+        except Exception:  # closed
+            pass
+
+    def event_ids(self) -> list[int]:
+        return [m["event"]["id"] for m in list(self.messages) if m["type"] == "event"]
+
+    def close(self):
+        self._stack.close()
+        self.thread.join(5)

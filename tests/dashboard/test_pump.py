@@ -3,25 +3,21 @@ processes reach this process's websocket clients — once, in id order, within a
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 import redis
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import Permission, User
-from websockets.sync.client import connect
 
 from dashboard.consumers import WorkItemStreamConsumer
 from dashboard.pump import pump
 from workcenter import services
 from workcenter.models import Event
-from tests.live import ROOT, database_url, free_port, port_open, wait_until
+from tests.live import ROOT, Listener, database_url, free_port, port_open, wait_until
 
 from .conftest import TIMEOUT, open_stream, receive_all, run
 
@@ -204,30 +200,6 @@ def test_pump_is_off_with_a_redis_layer(store, viewer_token, settings, group_del
 
 # --- end to end: daphne on the embedded default, a worker in another process ------------------------
 
-class Listener:
-    """A real websocket client reading on a thread."""
-
-    def __init__(self, url: str):
-        self._stack = contextlib.ExitStack()
-        self.ws = self._stack.enter_context(connect(url, open_timeout=10))
-        self.hello = json.loads(self.ws.recv(timeout=10))
-        self.messages: list[dict] = []
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self):
-        try:
-            for raw in self.ws:
-                self.messages.append(json.loads(raw))
-        except Exception:  # closed
-            pass
-
-    def event_ids(self) -> list[int]:
-        return [m["event"]["id"] for m in list(self.messages) if m["type"] == "event"]
-
-    def close(self):
-        self._stack.close()
-        self.thread.join(5)
 
 
 def test_daphne_without_redis_streams_a_worker_process_events(store, tmp_path):

@@ -1,23 +1,19 @@
 """End to end over Redis: two daphne processes share the database and a Redis channel layer. A
 websocket client on server A receives, in id order and exactly once, the events committed by
 server B's HTTP API and by a separate worker process."""
-import contextlib
-import json
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 import redis
 from django.contrib.auth.models import Permission, User
-from websockets.sync.client import connect
 
 from workcenter.auth import api_token_create
 from workcenter.models import Event
 
-from tests.live import ROOT, database_url, free_port, port_open, wait_until
+from tests.live import ROOT, Listener, database_url, free_port, port_open, wait_until
 
 from .test_worker_recovery import _post
 
@@ -32,30 +28,6 @@ def _daphne(port: int, env: dict) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-class Listener:
-    """Reads a websocket on a thread and keeps every message."""
-
-    def __init__(self, url: str):
-        self._stack = contextlib.ExitStack()
-        self.ws = self._stack.enter_context(connect(url, open_timeout=10))
-        self.hello = json.loads(self.ws.recv(timeout=10))
-        self.messages: list[dict] = []
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self):
-        try:
-            for raw in self.ws:
-                self.messages.append(json.loads(raw))
-        except Exception:  # closed
-            pass
-
-    def event_ids(self) -> list[int]:
-        return [m["event"]["id"] for m in list(self.messages) if m["type"] == "event"]
-
-    def close(self):
-        self._stack.close()
-        self.thread.join(5)
 
 
 def test_events_from_other_processes_reach_a_websocket_client_in_order():
