@@ -64,9 +64,10 @@ def event_append(
     """
     event = Event(work_item_id=work_item_id, type=type, data=data or {}, action_id=action_id, run_id=run_id,
                   actor=actor or "system", created_at=now)
-    from .services.common import hot_cursor  # services import this module
+    from .services.common import db_value, hot_cursor  # services import this module
 
-    params = [f.get_db_prep_save(getattr(event, f.attname), connection) for f in _EVENT_FIELDS]
+    ops = connection.ops
+    params = [db_value(f, getattr(event, f.attname), ops) for f in _EVENT_FIELDS]
     with hot_cursor() as cur:
         if connection.vendor == "postgresql":
             cur.execute(_event_insert_sql(), params + [_EVENT_ORDER_LOCK])

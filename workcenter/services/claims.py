@@ -147,7 +147,8 @@ def _insert_run(cur, run_id: str, action: Action, item: WorkItem, owner_boot_id:
                f'(SELECT COALESCE(MAX("progress_revision"), 0) + 1 FROM {table} WHERE "action_id" = %s)) '
                f'RETURNING "progress_revision"')
         common._SQL[key] = sql
-    params = [common.db_value(f, getattr(run, f.attname)) for f in fields]
+    ops = connection.ops
+    params = [common.db_value(f, getattr(run, f.attname), ops) for f in fields]
     params.append(action.pk)
     cur.execute(sql, params)
     run.progress_revision = cur.fetchone()[0]

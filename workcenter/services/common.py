@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models.base import ModelState
 from django.utils.dateparse import parse_datetime
 
@@ -615,15 +615,24 @@ class RowSpec:
         only thing skipped is the pre_init/post_init signals, which no receiver uses for these
         models.
         """
-        obj = self.model.__new__(self.model)
-        state = obj._state = ModelState()
-        state.adding, state.db = False, connection.alias
-        d = obj.__dict__
-        for name, value, (convs, col) in zip(self.attnames, values, self.converters()):
-            for conv in convs:
-                value = conv(value, col, connection)
-            d[name] = value
-        return obj
+        return self.build_many([values])[0]
+
+    def build_many(self, rows) -> list:
+        """`build` for several rows, resolving the connection's converters and alias once."""
+        conn = connections[DEFAULT_DB_ALIAS]  # the wrapper itself: one proxy lookup, not one per value
+        converters, alias, model, attnames = self.converters(), conn.alias, self.model, self.attnames
+        out = []
+        for values in rows:
+            obj = model.__new__(model)
+            state = obj._state = ModelState()
+            state.adding, state.db = False, alias
+            d = obj.__dict__
+            for name, value, (convs, col) in zip(attnames, values, converters):
+                for conv in convs:
+                    value = conv(value, col, conn)
+                d[name] = value
+            out.append(obj)
+        return out
 
 
 ITEM_ROW = RowSpec(WorkItem, "i")
@@ -675,18 +684,20 @@ def _sql(name: str) -> str:
 _KINDS: dict = {}
 
 
-def db_value(field, value):
+def db_value(field, value, ops=None):
     """What `field.get_db_prep_save(value, connection)` returns for the values the services write
-    (JSON, datetimes, plain scalars), without its generic per-call work."""
+    (JSON, datetimes, plain scalars), without its generic per-call work. Callers adapting many
+    values pass `ops` (`connection.ops`): each lookup through the connection proxy costs more
+    than the adaptation."""
     if value is None:
         return None
     kind = _KINDS.get(field)
     if kind is None:
         kind = _KINDS[field] = field.get_internal_type()
     if kind == "JSONField":
-        return connection.ops.adapt_json_value(value, field.encoder)
+        return (ops or connection.ops).adapt_json_value(value, field.encoder)
     if kind == "DateTimeField":
-        return connection.ops.adapt_datetimefield_value(value)
+        return (ops or connection.ops).adapt_datetimefield_value(value)
     if kind == "BooleanField":
         return bool(value)
     return value
@@ -705,7 +716,8 @@ def raw_update(cur, model, pk: str, values: dict, where: str = "", params: Itera
         sets = ", ".join(f"{qn(meta.get_field(k).column)} = %s" for k in values)
         sql = f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn(meta.pk.column)} = %s" + (f" AND {where}" if where else "")
         _SQL[key] = sql
-    args = [db_value(meta.get_field(k), v) for k, v in values.items()]
+    ops = connection.ops
+    args = [db_value(meta.get_field(k), v, ops) for k, v in values.items()]
     args.append(pk)
     args.extend(params)
     cur.execute(sql, args)
@@ -721,7 +733,7 @@ def guarded_raw_update(cur, model, pk: str, values: dict, where: str = "", param
 def graph_actions(cur, item_id: str) -> list[Action]:
     """The item's actions as graph refresh and `sync_claimable` read them, by sequence."""
     cur.execute(_sql("graph_actions"), [item_id])
-    return [GRAPH_ACTION_ROW.build(row) for row in cur.fetchall()]
+    return GRAPH_ACTION_ROW.build_many(cur.fetchall())
 
 
 def graph_refresh_locked(cur, item: WorkItem, now: datetime, *, where: str, params: Iterable) -> list[Action]:
