@@ -231,6 +231,42 @@ def test_an_admin_action_reset_shows_on_the_graph_without_reload(page, daphne_se
     assert "admin:root" in page.locator('#events li[data-type="action.reset"]').inner_text()
 
 
+def test_an_admin_resets_a_stuck_action_in_django_admin_and_the_graph_shows_it(page, browser, daphne_server, store):
+    # given a running action whose worker is gone (its lease still runs), watched by the lead
+    from django.contrib.auth.models import User
+
+    from .conftest import PASSWORD
+
+    User.objects.create_superuser("root", password=PASSWORD)
+    item = store.graph(DIAMOND, title="Stuck in admin")
+    claim = store.claim_item(item.pk, stage="measure")
+    open_item(page, daphne_server, item.pk)
+    assert node(page, "measure").get_attribute("data-status") == "running"
+    page.evaluate("window.__sameDocument = true")
+    # when an admin opens the action in Django admin and resets it with a reason
+    admin_ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        admin = admin_ctx.new_page()
+        admin.set_default_timeout(10_000)
+        admin.goto(f"{daphne_server.url}/admin/login/?next=/admin/workcenter/action/{claim.action.pk}/change/")
+        admin.fill("#id_username", "root")
+        admin.fill("#id_password", PASSWORD)
+        admin.click("input[type=submit]")
+        admin.click("button.wc-repair-tool:has-text('Reset to ready')")
+        admin.fill("#id_reason", "worker host died; lease would hold it for a minute")
+        admin.click("input[type=submit][value='Reset to ready']")
+        admin.wait_for_selector(".messagelist .success")
+        assert "refused" not in admin.locator(".messagelist").inner_text()
+    finally:
+        admin_ctx.close()
+    # then the lead's graph shows the node ready again, live, and the timeline names the admin
+    page.wait_for_selector('#graph g.node[data-stage="measure"][data-status="ready"]', timeout=5000)
+    assert page.evaluate("window.__sameDocument") is True
+    page.wait_for_selector('#events li[data-type="action.reset"]')
+    assert "admin:root" in page.locator('#events li[data-type="action.reset"]').inner_text()
+    assert Action.objects.get(pk=claim.action.pk).lease_epoch == claim.action.lease_epoch + 1
+
+
 def test_the_page_catches_up_after_the_socket_drops(page, daphne_server, store):
     item = store.graph(DIAMOND, title="Reconnect")
     open_item(page, daphne_server, item.pk)
