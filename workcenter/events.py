@@ -56,41 +56,50 @@ def event_append(
     run_id: str | None = None,
     actor: str = "system",
     now,
+    cur=None,
 ) -> Event:
     """Write one Event row in the current transaction and schedule its publication after commit.
 
     One fixed INSERT (the ORM's statement compilation costs more than the insert); on
     PostgreSQL the same statement takes the event-order lock before the id is drawn.
+    `cur`: the caller's hot cursor (`services.common.hot_cursor`), if it holds one.
     """
-    event = Event(work_item_id=work_item_id, type=type, data=data or {}, action_id=action_id, run_id=run_id,
-                  actor=actor or "system", created_at=now)
-    from .services.common import db_value, hot_cursor  # services import this module
+    from .services.common import adapters, db_values, hot_cursor, hot_execute, new_instance  # services import this module
 
-    ops = connection.ops
-    params = [db_value(f, getattr(event, f.attname), ops) for f in _EVENT_FIELDS]
-    with hot_cursor() as cur:
-        if connection.vendor == "postgresql":
-            cur.execute(_event_insert_sql(), params + [_EVENT_ORDER_LOCK])
-        else:
-            cur.execute(_event_insert_sql(), params)
-        event.id = cur.fetchone()[0]
-    event._state.adding = False
-    event._state.db = connection.alias
+    if cur is None:
+        with hot_cursor() as cur:
+            return event_append(work_item_id=work_item_id, type=type, data=data, action_id=action_id,
+                                run_id=run_id, actor=actor, now=now, cur=cur)
+    conn = cur.db
+    event = new_instance(Event, conn.alias, {
+        "work_item_id": work_item_id, "type": type, "data": data or {}, "action_id": action_id, "run_id": run_id,
+        "actor": actor or "system", "created_at": now})
+    global _EVENT_ADAPTERS
+    if _EVENT_ADAPTERS is None:
+        _EVENT_ADAPTERS = adapters(_EVENT_FIELDS)
+    d = event.__dict__
+    params = db_values(_EVENT_ADAPTERS, [d[f.attname] for f in _EVENT_FIELDS], conn.ops)
+    if conn.vendor == "postgresql":
+        hot_execute(cur, _event_insert_sql(conn), params + [_EVENT_ORDER_LOCK])
+    else:
+        hot_execute(cur, _event_insert_sql(conn), params)
+    event.id = cur.fetchone()[0]
     publish_on_commit(event)
     return event
 
 
 _EVENT_FIELDS = [f for f in Event._meta.concrete_fields if f.attname != "id"]
 _EVENT_SQL: dict[str, str] = {}
+_EVENT_ADAPTERS: list | None = None
 
 
-def _event_insert_sql() -> str:
-    sql = _EVENT_SQL.get(connection.vendor)
+def _event_insert_sql(conn=connection) -> str:
+    sql = _EVENT_SQL.get(conn.vendor)
     if sql is None:
-        qn = connection.ops.quote_name
+        qn = conn.ops.quote_name
         cols = ", ".join(qn(f.column) for f in _EVENT_FIELDS)
         table = qn(Event._meta.db_table)
-        if connection.vendor == "postgresql":
+        if conn.vendor == "postgresql":
             # The function scan runs before the row's id default (nextval) is evaluated, so the
             # lock is held when the id is drawn; casts because SELECT outputs carry no column type.
             casts = {"data": "::jsonb", "created_at": "::timestamptz"}
@@ -98,7 +107,7 @@ def _event_insert_sql() -> str:
             sql = f'INSERT INTO {table} ({cols}) SELECT {values} FROM pg_advisory_xact_lock(%s) RETURNING "id"'
         else:
             sql = f'INSERT INTO {table} ({cols}) VALUES ({", ".join(["%s"] * len(_EVENT_FIELDS))}) RETURNING "id"'
-        _EVENT_SQL[connection.vendor] = sql
+        _EVENT_SQL[conn.vendor] = sql
     return sql
 
 

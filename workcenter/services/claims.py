@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from ..errors import InvalidInput
 from ..events import event_append
@@ -60,20 +60,22 @@ def action_claim(
     n_action = len(common.ACTION_ROW.fields)
     with store_transaction():
         now = resolve_now(now)
-        with common.hot_cursor() as cur:
-            cur.execute(common._sql("claim_first"))
+        conn = connections[DEFAULT_DB_ALIAS]  # resolved once: the proxy costs a lookup per attribute
+        with common.hot_cursor(conn) as cur:
+            cur.execute(common._sql("claim_first", conn))
             while True:
                 row = cur.fetchone()
                 if row is None:
                     return None
-                action, item = common.ACTION_ROW.build(row[:n_action]), common.ITEM_ROW.build(row[n_action:])
+                action = common.ACTION_ROW.build_many([row[:n_action]], conn)[0]
+                item = common.ITEM_ROW.build_many([row[n_action:]], conn)[0]
                 claim = _try_claim(cur, action, item, owner_boot_id, lease_ms, actor, now)
                 if claim is not None:
                     return claim
                 # the next candidate after this one in claim order
-                u = connection.ops.adapt_datetimefield_value(action.updated_at)
-                c = connection.ops.adapt_datetimefield_value(action.created_at)
-                cur.execute(common._sql("claim_after"), [u, u, action.sequence, action.sequence, c])
+                u = conn.ops.adapt_datetimefield_value(action.updated_at)
+                c = conn.ops.adapt_datetimefield_value(action.created_at)
+                common.hot_execute(cur, common._sql("claim_after", conn), [u, u, action.sequence, action.sequence, c])
 
 
 def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms: int, actor: str,
@@ -128,30 +130,33 @@ def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms
     action.current_run_id, action.updated_at, action.claimable = run_id, now, False
     event_append(work_item_id=item.pk, type="run.claimed",
                  data={"owner_boot_id": owner_boot_id, "lease_epoch": epoch},
-                 action_id=action.pk, run_id=run_id, actor=actor, now=now)
+                 action_id=action.pk, run_id=run_id, actor=actor, now=now, cur=cur)
     return Claim(work_item=item, action=action, run=run)
 
 
 def _insert_run(cur, run_id: str, action: Action, item: WorkItem, owner_boot_id: str, epoch: int,
                 now: datetime, expires: datetime) -> Run:
     """The new run (DOMAIN §5.6 step 3); progress_revision continues from the action's earlier runs."""
-    run = Run(id=run_id, action_id=action.pk, work_item_id=item.pk, owner_boot_id=owner_boot_id,
-              lease_epoch=epoch, status=RunStatus.RUNNING, started_at=now, expires_at=expires, evidence=[])
-    fields = [f for f in Run._meta.concrete_fields if f.attname != "progress_revision"]
-    key = (connection.vendor, "insert_run")
+    conn = cur.db
+    run = common.new_instance(Run, conn.alias, {
+        "id": run_id, "action_id": action.pk, "work_item_id": item.pk, "owner_boot_id": owner_boot_id,
+        "lease_epoch": epoch, "status": RunStatus.RUNNING, "started_at": now, "expires_at": expires, "evidence": []})
+    key = (conn.vendor, "insert_run")
     sql = common._SQL.get(key)
     if sql is None:
-        table = common.qn(Run._meta.db_table)
-        cols = ", ".join(common.qn(f.column) for f in fields)
-        sql = (f'INSERT INTO {table} ({cols}, "progress_revision") VALUES ({", ".join(["%s"] * len(fields))}, '
+        table = conn.ops.quote_name(Run._meta.db_table)
+        cols = ", ".join(conn.ops.quote_name(f.column) for f in _RUN_INSERT_FIELDS)
+        sql = (f'INSERT INTO {table} ({cols}, "progress_revision") VALUES ({", ".join(["%s"] * len(_RUN_INSERT_FIELDS))}, '
                f'(SELECT COALESCE(MAX("progress_revision"), 0) + 1 FROM {table} WHERE "action_id" = %s)) '
                f'RETURNING "progress_revision"')
         common._SQL[key] = sql
-    ops = connection.ops
-    params = [common.db_value(f, getattr(run, f.attname), ops) for f in fields]
+    d = run.__dict__
+    params = common.db_values(_RUN_INSERT_ADAPTERS, [d[f.attname] for f in _RUN_INSERT_FIELDS], conn.ops)
     params.append(action.pk)
-    cur.execute(sql, params)
+    common.hot_execute(cur, sql, params)
     run.progress_revision = cur.fetchone()[0]
-    run._state.adding = False
-    run._state.db = connection.alias
     return run
+
+
+_RUN_INSERT_FIELDS = [f for f in Run._meta.concrete_fields if f.attname != "progress_revision"]
+_RUN_INSERT_ADAPTERS = common.adapters(_RUN_INSERT_FIELDS)

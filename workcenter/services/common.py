@@ -7,12 +7,15 @@ in a deadlock; multi-item work (recovery) locks items in primary-key order.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import sqlite3
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
+from django.db.backends.utils import CursorWrapper
 from django.db.models.base import ModelState
 from django.utils.dateparse import parse_datetime
 
@@ -161,32 +164,37 @@ def load_lease(run_id: str, owner_boot_id: str, lease_epoch: int, now: datetime,
     return lease_check(run, action, item, owner_boot_id, lease_epoch, now, require_live=require_live)
 
 
-def lease_rows(run_id: str) -> tuple[Run | None, Action | None, WorkItem | None]:
+def lease_rows(run_id: str, cur=None) -> tuple[Run | None, Action | None, WorkItem | None]:
     """The run, its action and its item (full rows), the item locked first (PostgreSQL).
 
     SQLite: one joined SELECT (the IMMEDIATE transaction already serialises writers).
     PostgreSQL: the item row is locked first (the locking order of every service), then run and
     action are read in a second statement, so they are read after the lock was granted.
+    `cur`: the caller's hot cursor, if it has one.
     """
-    with hot_cursor() as cur:
-        if is_postgres():
-            cur.execute(_sql("lease_item_pg"), [run_id])
-            row = cur.fetchone()
-            if row is None:
-                return None, None, None
-            item = ITEM_ROW.build(row)
-            cur.execute(_sql("lease_run_action_pg"), [run_id])
-            row = cur.fetchone()
-            if row is None:
-                return None, None, item
-            n = len(RUN_ROW.fields)
-            return RUN_ROW.build(row[:n]), ACTION_ROW.build(row[n:]), item
-        cur.execute(_sql("lease_all"), [run_id])
+    if cur is None:
+        with hot_cursor() as cur:
+            return lease_rows(run_id, cur)
+    conn = cur.db
+    if conn.vendor == "postgresql":
+        hot_execute(cur, _sql("lease_item_pg", conn), [run_id])
         row = cur.fetchone()
+        if row is None:
+            return None, None, None
+        (item,) = ITEM_ROW.build_many([row], conn)
+        hot_execute(cur, _sql("lease_run_action_pg", conn), [run_id])
+        row = cur.fetchone()
+        if row is None:
+            return None, None, item
+        n = len(RUN_ROW.fields)
+        return RUN_ROW.build_many([row[:n]], conn)[0], ACTION_ROW.build_many([row[n:]], conn)[0], item
+    hot_execute(cur, _sql("lease_all", conn), [run_id])
+    row = cur.fetchone()
     if row is None:
         return None, None, None
     n, m = len(RUN_ROW.fields), len(RUN_ROW.fields) + len(ACTION_ROW.fields)
-    return RUN_ROW.build(row[:n]), ACTION_ROW.build(row[n:m]), ITEM_ROW.build(row[m:])
+    return (RUN_ROW.build_many([row[:n]], conn)[0], ACTION_ROW.build_many([row[n:m]], conn)[0],
+            ITEM_ROW.build_many([row[m:]], conn)[0])
 
 
 def lease_check(run: Run | None, action: Action | None, item: WorkItem | None, owner_boot_id: str,
@@ -279,11 +287,12 @@ def sync_claimable(item: WorkItem, actions: list[Action] | None = None) -> None:
     have = {a.pk for a in actions if a.claimable}
     on, off = want - have, have - want
     if on or off:
-        table = qn(Action._meta.db_table)
-        with hot_cursor() as cur:
+        conn = connections[DEFAULT_DB_ALIAS]
+        table = conn.ops.quote_name(Action._meta.db_table)
+        with hot_cursor(conn) as cur:
             for ids, flag in ((on, True), (off, False)):
                 if ids:  # primary-key order: the row locks of PostgreSQL are taken in one order
-                    cur.execute(f'UPDATE {table} SET "claimable" = %s WHERE "id" IN ({", ".join(["%s"] * len(ids))})',
+                    hot_execute(cur, f'UPDATE {table} SET "claimable" = %s WHERE "id" IN ({", ".join(["%s"] * len(ids))})',
                                 [flag, *sorted(ids)])
     for a in actions:
         a.claimable = a.pk in want
@@ -568,17 +577,81 @@ def qn(name: str) -> str:
     return connection.ops.quote_name(name)
 
 
-def hot_cursor():
+def hot_cursor(conn=None):
     """The cursor of the hot path. On PostgreSQL it binds parameters server-side, so psycopg
     prepares each fixed statement after a few executions on a connection: parsed and planned
-    once instead of per call (the ORM's default cursor interpolates parameters client-side)."""
-    if connection.vendor != "postgresql":
-        return connection.cursor()
+    once instead of per call (the ORM's default cursor interpolates parameters client-side).
+
+    `conn`: the connection wrapper (`connections[DEFAULT_DB_ALIAS]`) if the caller resolved it;
+    each attribute read through the `connection` proxy costs a thread-local lookup. The cursor's
+    `db` is that wrapper, so code holding the cursor needs no proxy at all.
+    """
+    if conn is None:
+        conn = connections[DEFAULT_DB_ALIAS]
+    if conn.vendor != "postgresql":
+        return conn.cursor()
     import psycopg
 
-    connection.close_if_health_check_failed()  # what connection.cursor() does first
-    connection.ensure_connection()
-    return connection._prepare_cursor(psycopg.Cursor(connection.connection))
+    conn.close_if_health_check_failed()  # what connection.cursor() does first
+    conn.ensure_connection()
+    return conn._prepare_cursor(psycopg.Cursor(conn.connection))
+
+
+_QMARK: dict[str, str] = {}
+
+
+def hot_execute(cur, sql: str, params=None):
+    """`cur.execute(sql, params)` for the fixed statements of the hot path (positional `%s`).
+
+    On SQLite, when nothing observes the statements (no debug cursor logging queries, no
+    execute wrappers), the statement goes to the sqlite3 cursor with its placeholders converted
+    once per statement text instead of by a regex per call. Everything else `CursorWrapper`
+    does is kept: the broken-transaction check and the mapping of database errors to Django's.
+    """
+    conn = cur.db
+    if type(cur) is not CursorWrapper or conn.vendor != "sqlite" or conn.execute_wrappers or params is None:
+        return cur.execute(sql, params)
+    raw = cur.cursor
+    q = _QMARK.get(sql)
+    if q is None:
+        q = _QMARK[sql] = raw.convert_query(sql)
+    conn.validate_no_broken_transaction()
+    with conn.wrap_database_errors:
+        return _sqlite_execute(raw, q, params)
+
+
+_sqlite_execute = sqlite3.Cursor.execute
+
+
+_JSON_LITERALS = {"[]": list, "{}": dict}
+
+
+def _json_from_db(value, expression, conn, _loads=json.loads, _literals=_JSON_LITERALS):
+    """`JSONField.from_db_value` for a plain column of a field without a custom decoder; the
+    empty list and object, the most common values of these rows, are built without the parser."""
+    if value is None:
+        return None
+    make = _literals.get(value)
+    if make is not None:
+        return make()
+    try:
+        return _loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _chain(convs):
+    """One callable applying the converters in order (None when there are none)."""
+    if not convs:
+        return None
+    if len(convs) == 1:
+        return convs[0]
+
+    def chained(value, expression, conn):
+        for conv in convs:
+            value = conv(value, expression, conn)
+        return value
+    return chained
 
 
 class RowSpec:
@@ -597,14 +670,25 @@ class RowSpec:
     def columns(self) -> str:
         return ", ".join(f"{self.alias}.{qn(f.column)}" for f in self.fields)
 
-    def converters(self) -> list:
-        ops = connection.ops  # converters are bound to a connection's operations (one per thread)
+    def converters(self, conn=None) -> list:
+        """(index, attname, converter, column) for the columns that need converting, in the order
+        the ORM applies them (backend first, then the field's)."""
+        if conn is None:
+            conn = connections[DEFAULT_DB_ALIAS]
+        ops = conn.ops  # converters are bound to a connection's operations (one per thread)
         out = self._converters.get(ops)
         if out is None:
             out = []
-            for f in self.fields:
+            for i, f in enumerate(self.fields):
                 col = f.get_col(self.alias)
-                out.append((ops.get_db_converters(col) + col.get_db_converters(connection), col))
+                convs = ops.get_db_converters(col) + col.get_db_converters(conn)
+                # the field's own from_db_value, unless a subclass or custom decoder changes it
+                convs = [_json_from_db if (type(f) is models.JSONField and f.decoder is None
+                                           and getattr(c, "__func__", None) is models.JSONField.from_db_value)
+                         else c for c in convs]
+                fn = _chain(convs)
+                if fn is not None:
+                    out.append((i, f.attname, fn, col))
             self._converters[ops] = out
         return out
 
@@ -617,22 +701,56 @@ class RowSpec:
         """
         return self.build_many([values])[0]
 
-    def build_many(self, rows) -> list:
+    def build_many(self, rows, conn=None) -> list:
         """`build` for several rows, resolving the connection's converters and alias once."""
-        conn = connections[DEFAULT_DB_ALIAS]  # the wrapper itself: one proxy lookup, not one per value
-        converters, alias, model, attnames = self.converters(), conn.alias, self.model, self.attnames
+        if conn is None:
+            conn = connections[DEFAULT_DB_ALIAS]  # the wrapper itself: one proxy lookup, not one per value
+        converters, alias, model, attnames = self.converters(conn), conn.alias, self.model, self.attnames
+        new = model.__new__
         out = []
         for values in rows:
-            obj = model.__new__(model)
-            state = obj._state = ModelState()
+            obj = new(model)
+            state = ModelState()
             state.adding, state.db = False, alias
             d = obj.__dict__
-            for name, value, (convs, col) in zip(attnames, values, converters):
-                for conv in convs:
-                    value = conv(value, col, conn)
-                d[name] = value
+            d["_state"] = state
+            d.update(zip(attnames, values))
+            for i, name, conv, col in converters:
+                d[name] = conv(values[i], col, conn)
             out.append(obj)
         return out
+
+
+_DEFAULTS: dict = {}
+
+
+def new_instance(model, alias: str, values: dict):
+    """`model(**values)` for a row this process is inserting, built as `RowSpec.build` builds
+    loaded rows: every concrete field gets its default unless given, `_state.db` is `alias` and
+    `_state.adding` False (the caller inserts it). Values are attribute names (`action_id`).
+    Skipped: `Model.__init__`'s generic keyword handling and its pre/post_init signals, which
+    no receiver uses for these models."""
+    spec = _DEFAULTS.get(model)
+    if spec is None:
+        fixed, called = {}, []
+        for f in model._meta.concrete_fields:
+            if f.has_default() and callable(f.default):
+                called.append((f.attname, f.get_default))  # a fresh value per instance (list, dict)
+            else:
+                fixed[f.attname] = f.get_default()
+        spec = _DEFAULTS[model] = (fixed, called)
+    fixed, called = spec
+    obj = model.__new__(model)
+    state = ModelState()
+    state.adding, state.db = False, alias
+    d = obj.__dict__
+    d["_state"] = state
+    d.update(fixed)
+    for name, default in called:
+        if name not in values:
+            d[name] = default()
+    d.update(values)
+    return obj
 
 
 ITEM_ROW = RowSpec(WorkItem, "i")
@@ -669,14 +787,15 @@ def _statements() -> dict[str, str]:
     }
 
 
-_SQL: dict[tuple[str, str], str] = {}
+_SQL: dict = {}
 
 
-def _sql(name: str) -> str:
-    key = (connection.vendor, name)
+def _sql(name: str, conn=None) -> str:
+    vendor = (conn or connection).vendor
+    key = (vendor, name)
     text = _SQL.get(key)
     if text is None:
-        _SQL.update({(connection.vendor, k): v for k, v in _statements().items()})
+        _SQL.update({(vendor, k): v for k, v in _statements().items()})
         text = _SQL[key]
     return text
 
@@ -703,24 +822,52 @@ def db_value(field, value, ops=None):
     return value
 
 
+def adapters(fields) -> list:
+    """Per field, what `db_value` does to its values: ("json", encoder), ("dt", None),
+    ("bool", None) or None (passed as is); `db_values` applies them."""
+    out = []
+    for f in fields:
+        kind = f.get_internal_type()
+        out.append(("json", f.encoder) if kind == "JSONField" else ("dt", None) if kind == "DateTimeField"
+                   else ("bool", None) if kind == "BooleanField" else None)
+    return out
+
+
+def db_values(adapts: list, values: Iterable, ops) -> list:
+    """`db_value` over a row: the values adapted by the `adapters` of their fields."""
+    out = []
+    for adapt, value in zip(adapts, values):
+        if value is None or adapt is None:
+            out.append(value)
+        elif adapt[0] == "json":
+            out.append(ops.adapt_json_value(value, adapt[1]))
+        elif adapt[0] == "dt":
+            out.append(ops.adapt_datetimefield_value(value))
+        else:
+            out.append(bool(value))
+    return out
+
+
 def raw_update(cur, model, pk: str, values: dict, where: str = "", params: Iterable = ()) -> int:
     """`UPDATE … SET values WHERE pk = … [AND where]`; returns the row count.
 
     `values` maps attribute names to Python values (adapted by their fields); `where` is SQL over
     quoted column names with `%s` placeholders for `params`.
     """
-    meta = model._meta
-    key = (connection.vendor, model, tuple(values), where)
-    sql = _SQL.get(key)
-    if sql is None:
-        sets = ", ".join(f"{qn(meta.get_field(k).column)} = %s" for k in values)
-        sql = f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn(meta.pk.column)} = %s" + (f" AND {where}" if where else "")
-        _SQL[key] = sql
-    ops = connection.ops
-    args = [db_value(meta.get_field(k), v, ops) for k, v in values.items()]
+    conn = cur.db  # the cursor's connection wrapper: no proxy lookups
+    key = (conn.vendor, model, tuple(values), where)
+    cached = _SQL.get(key)
+    if cached is None:
+        meta, qn_ = model._meta, conn.ops.quote_name
+        fields = [meta.get_field(k) for k in values]
+        sets = ", ".join(f"{qn_(f.column)} = %s" for f in fields)
+        sql = f"UPDATE {qn_(meta.db_table)} SET {sets} WHERE {qn_(meta.pk.column)} = %s" + (f" AND {where}" if where else "")
+        cached = _SQL[key] = (sql, adapters(fields))
+    sql, adapts = cached
+    args = db_values(adapts, values.values(), conn.ops)
     args.append(pk)
     args.extend(params)
-    cur.execute(sql, args)
+    hot_execute(cur, sql, args)
     return cur.rowcount
 
 
@@ -732,8 +879,8 @@ def guarded_raw_update(cur, model, pk: str, values: dict, where: str = "", param
 
 def graph_actions(cur, item_id: str) -> list[Action]:
     """The item's actions as graph refresh and `sync_claimable` read them, by sequence."""
-    cur.execute(_sql("graph_actions"), [item_id])
-    return GRAPH_ACTION_ROW.build_many(cur.fetchall())
+    hot_execute(cur, _sql("graph_actions", cur.db), [item_id])
+    return GRAPH_ACTION_ROW.build_many(cur.fetchall(), cur.db)
 
 
 def graph_refresh_locked(cur, item: WorkItem, now: datetime, *, where: str, params: Iterable) -> list[Action]:

@@ -107,7 +107,7 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
     with store_transaction(), common.hot_cursor() as cur:
         now = resolve_now(now)
         # 1. run, action and item in one read (the item locked first), then the fence (§7.1)
-        run, action, item = common.lease_rows(run_id)
+        run, action, item = common.lease_rows(run_id, cur)
         if run is None:
             raise StaleRun(common.stale_reason(None, None, None, now, True), extra={"run_id": run_id})
         sub = normalize.normalize_submission(result, action_type=action.type,
@@ -201,7 +201,7 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
             common.sync_claimable(item)
         fault_point("before_event")
         event_append(work_item_id=item.pk, type=event_type, data=data, action_id=action.pk, run_id=run.pk,
-                     actor=actor, now=now)
+                     actor=actor, now=now, cur=cur)
         return run, action, item
 
 

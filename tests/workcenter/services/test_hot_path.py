@@ -179,3 +179,55 @@ def test_event_append_takes_the_order_lock_before_drawing_an_id(clock):
     t2.join(20)
     assert ids["second"] == ids["first"] + 1
     assert list(Event.objects.order_by("id").values_list("type", flat=True)) == ["test.first", "test.second"]
+
+
+def test_json_columns_decode_as_the_orm_decodes_them(store):
+    # given the JSON texts these rows hold, and one that is not JSON
+    field = Action._meta.get_field("context")
+    col = field.get_col("a")
+    texts = ["[]", "{}", "null", '[{"a": 1}]', '{"k": [1, "x"]}', "3", '"s"', "not json", None]
+    # when the hot path's converter reads them
+    got = [common._json_from_db(t, col, connection) for t in texts]
+    # then it returns what JSONField.from_db_value returns
+    assert got == [field.from_db_value(t, col, connection) for t in texts]
+    # and the empty containers are fresh objects: a caller mutating one cannot change another row's
+    first, second = (common.ACTION_ROW.build_many([row], connection)[0] for row in _two_action_rows(store))
+    assert first.context == [] and second.context == [] and first.context is not second.context
+    first.context.append("x")
+    assert second.context == []
+
+
+def _two_action_rows(store):
+    make_graph(store, [{"id": "a"}])
+    make_graph(store, [{"id": "b"}])
+    with connection.cursor() as cur:
+        cur.execute(f'SELECT {common.ACTION_ROW.columns()} FROM {Action._meta.db_table} a ORDER BY a."stage_id"')
+        return cur.fetchall()
+
+
+def test_hot_execute_maps_database_errors_and_rolls_back(store):
+    from django.db import IntegrityError, transaction
+
+    # given an action
+    item = make_graph(store, [{"id": "a"}])
+    action = Action.objects.get(work_item_id=item.pk)
+    # when a hot statement violates a constraint (a second row with the same id), outside a debug cursor
+    sql = f'UPDATE {Action._meta.db_table} SET "id" = %s WHERE "id" <> %s'
+    other = make_graph(store, [{"id": "b"}])
+    with pytest.raises(IntegrityError), transaction.atomic(), common.hot_cursor() as cur:
+        common.hot_execute(cur, sql, [action.pk, action.pk])
+    # then Django's error is raised and nothing was written
+    assert Action.objects.filter(work_item_id=other.pk).count() == 1
+    assert Action.objects.get(pk=action.pk).work_item_id == item.pk
+
+
+def test_new_instance_is_what_the_model_constructor_builds(store):
+    now = store.now()
+    values = {"id": "r1", "action_id": "a1", "work_item_id": "w1", "owner_boot_id": "b", "lease_epoch": 1,
+              "status": "running", "started_at": now, "expires_at": now}
+    built, constructed = common.new_instance(Run, connection.alias, values), Run(**values)
+    assert _fields(built) == _fields(constructed)
+    assert built._state.adding is False and built._state.db == connection.alias
+    # callable defaults are called per instance
+    a, b = (common.new_instance(Event, connection.alias, {"type": "t"}) for _ in range(2))
+    assert a.data == {} and a.data is not b.data
