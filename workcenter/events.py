@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import concurrent.futures
 import hashlib
 import logging
@@ -143,6 +144,28 @@ def event_message(event: Event, work_item=None) -> dict:
             "work_item": WorkItemSummaryOut.from_orm(item).model_dump(mode="json")}
 
 
+# Ids this process has published after their commit. The event pump (dashboard/pump.py) reads
+# the event table for what *other* processes committed; it skips these instead of rendering and
+# sending a second copy (which consumers would drop, after it had delayed the next live message).
+_LOCAL_IDS_MAX = 10_000
+_local_ids: set[int] = set()
+_local_order: collections.deque = collections.deque()
+_local_lock = threading.Lock()
+
+
+def _remember_local(event_id: int) -> None:
+    with _local_lock:
+        _local_ids.add(event_id)
+        _local_order.append(event_id)
+        while len(_local_order) > _LOCAL_IDS_MAX:
+            _local_ids.discard(_local_order.popleft())
+
+
+def published_here(event_id: int) -> bool:
+    """True when this process published the event after its own commit."""
+    return event_id in _local_ids
+
+
 def channel_publish(event: Event, *, previous: tuple[int, int] | None = None, work_item=None) -> bool:
     """The publisher of a process with a channel layer (runs after commit, never raises).
 
@@ -159,6 +182,8 @@ def channel_publish(event: Event, *, previous: tuple[int, int] | None = None, wo
         prev_id, item_prev_id = previous if previous is not None else selectors.event_previous_ids(event)
         _group_send(layer, groups, {"type": "stream.event", "id": event.id, "prev_id": prev_id,
                                     "item_prev_id": item_prev_id, "message": event_message(event, work_item)})
+        if previous is None:  # the committing process's own publication (not the pump's)
+            _remember_local(event.id)
         return True
     except Exception:  # the commit already happened; a lost message is covered by the cursor
         logger.exception("publishing event %s failed", event.id)
