@@ -217,50 +217,49 @@ def action_reset(*, action_id: str, reason: str, actor: str, now: datetime | Non
     """failed/waiting/running → ready with `attempt = 0`; a running action loses its run (superseded,
     epoch + 1). Graph items are refreshed; a linear item (only its current action) becomes ready.
     Event `action.reset {reason, previous_status}`."""
-    action_id = _clean_id(action_id, "action_id")
-    reason = _clean_reason(reason)
-    actor = _clean_actor(actor)
-    with store_transaction():
-        now = resolve_now(now)
-        item, action = _lock_action(action_id)
-        _refuse_terminal(item, "reset")
-        if action.status not in RESETTABLE:
-            raise InvalidState(f"Action in {action.status} cannot be reset: only failed, waiting or running Actions can",
-                               extra={"status": action.status})
-        _refuse_not_current_linear(item, action, "reset")
-        _refuse_linear_status(item, (WorkItemStatus.RUNNING, WorkItemStatus.NEEDS_ATTENTION), "reset")
-        common.refuse_if_reserved([action], now)
-        previous = action.status
-        _release_action(item, action, status=ActionStatus.READY, run_error=_run_error(actor, reason), now=now,
-                        extra={"attempt": 0})
-        _item_after(item, action, now, linear_status=WorkItemStatus.READY)
-        event_append(work_item_id=item.pk, type="action.reset", data={"reason": reason, "previous_status": previous},
-                     action_id=action.pk, actor=actor, now=now)
-        return action
+    return _status_repair(
+        action_id=action_id, reason=reason, actor=actor, now=now, verb="reset", terminal_verb="reset",
+        past="reset", event_type="action.reset",
+        allowed=RESETTABLE, refusal="only failed, waiting or running Actions can",
+        linear_from=(WorkItemStatus.RUNNING, WorkItemStatus.NEEDS_ATTENTION),
+        target=ActionStatus.READY, extra={"attempt": 0}, linear_to=WorkItemStatus.READY)
 
 
 def action_mark_failed(*, action_id: str, reason: str, actor: str, now: datetime | None = None) -> Action:
     """ready/running/waiting → failed; a running action loses its run (superseded, epoch + 1). Graph
     items are refreshed; a linear item (only its current action) needs attention.
     Event `action.marked_failed {reason, previous_status}`."""
+    return _status_repair(
+        action_id=action_id, reason=reason, actor=actor, now=now, verb="mark failed", terminal_verb="fail",
+        past="marked failed", event_type="action.marked_failed",
+        allowed=OPEN_ACTION_STATUSES, refusal="only ready, running or waiting Actions can",
+        linear_from=(WorkItemStatus.READY, WorkItemStatus.RUNNING),
+        target=ActionStatus.FAILED, extra=None, linear_to=WorkItemStatus.NEEDS_ATTENTION)
+
+
+def _status_repair(*, action_id, reason, actor, now, verb: str, terminal_verb: str, past: str, event_type: str,
+                   allowed, refusal: str, linear_from, target: str, extra: dict | None, linear_to: str) -> Action:
+    """The shared body of reset and mark-failed: validate, lock item then action, refuse what the
+    repair may not touch, take the action from its run (if any), move it to `target`, refresh the
+    item, append the event."""
     action_id = _clean_id(action_id, "action_id")
     reason = _clean_reason(reason)
     actor = _clean_actor(actor)
     with store_transaction():
         now = resolve_now(now)
         item, action = _lock_action(action_id)
-        _refuse_terminal(item, "fail")
-        if action.status not in OPEN_ACTION_STATUSES:
-            raise InvalidState(f"Action in {action.status} cannot be marked failed: only ready, running or waiting "
-                               "Actions can", extra={"status": action.status})
-        _refuse_not_current_linear(item, action, "mark failed")
-        _refuse_linear_status(item, (WorkItemStatus.READY, WorkItemStatus.RUNNING), "mark failed")
+        _refuse_terminal(item, terminal_verb)
+        if action.status not in allowed:
+            raise InvalidState(f"Action in {action.status} cannot be {past}: {refusal}", extra={"status": action.status})
+        _refuse_not_current_linear(item, action, verb)
+        _refuse_linear_status(item, linear_from, verb)
         common.refuse_if_reserved([action], now)
         previous = action.status
-        _release_action(item, action, status=ActionStatus.FAILED, run_error=_run_error(actor, reason), now=now)
-        _item_after(item, action, now, linear_status=WorkItemStatus.NEEDS_ATTENTION)
-        event_append(work_item_id=item.pk, type="action.marked_failed",
-                     data={"reason": reason, "previous_status": previous}, action_id=action.pk, actor=actor, now=now)
+        _release_action(item, action, status=target, run_error=_run_error(actor, reason), now=now,
+                        **({"extra": extra} if extra else {}))
+        _item_after(item, action, now, linear_status=linear_to)
+        event_append(work_item_id=item.pk, type=event_type, data={"reason": reason, "previous_status": previous},
+                     action_id=action.pk, actor=actor, now=now)
         return action
 
 
