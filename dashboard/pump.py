@@ -64,7 +64,8 @@ def poll_seconds() -> float:
 
 def _last_event_id() -> int:
     # the pump's own read (not selectors.event_last_id, which is the consumers' snapshot read)
-    return Event.objects.order_by("-id").values_list("id", flat=True).first() or 0
+    with events.stream_read():
+        return Event.objects.order_by("-id").values_list("id", flat=True).first() or 0
 
 
 def pump_wanted(layer) -> bool:

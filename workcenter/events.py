@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import collections
 import concurrent.futures
 import hashlib
@@ -26,10 +27,29 @@ from .models import Event
 
 logger = logging.getLogger("workcenter.events")
 
-# A constant advisory-lock key: on PostgreSQL the event insert takes it so that event ids
-# commit in id order (the stream cursor must never skip an id that commits later). It is held
-# only from the event insert to the commit, the last step of every service.
+# The stream cursor (the event id) must never skip an id that commits later. On PostgreSQL ids
+# are drawn by concurrent transactions and may commit out of order, so one advisory key guards
+# the stream: every event insert takes it SHARED (before its id is drawn) and holds it to its
+# commit, so writers never wait for each other and their commits can share a WAL flush; every
+# stream read (`stream_read`) takes it EXCLUSIVE for the length of the read, which waits until
+# every id already drawn has committed or rolled back and holds back new draws meanwhile. What a
+# stream read returns is therefore a prefix that can never grow from below.
 _EVENT_ORDER_LOCK = int.from_bytes(hashlib.blake2b(b"workcenter.events", digest_size=8).digest(), "big", signed=True)
+
+
+@contextlib.contextmanager
+def stream_read():
+    """Read the event stream (ids, pages, maxima) as a prefix that no later commit extends below.
+
+    PostgreSQL: a short transaction holding the stream key exclusively (see above); SQLite
+    serialises writers, so ids already commit in order there."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [_EVENT_ORDER_LOCK])
+        yield
 
 
 def _log_publisher(event: Event) -> None:
@@ -105,7 +125,7 @@ def _event_insert_sql(conn=connection) -> str:
             # lock is held when the id is drawn; casts because SELECT outputs carry no column type.
             casts = {"data": "::jsonb", "created_at": "::timestamptz"}
             values = ", ".join("%s" + casts.get(f.attname, "") for f in _EVENT_FIELDS)
-            sql = f'INSERT INTO {table} ({cols}) SELECT {values} FROM pg_advisory_xact_lock(%s) RETURNING "id"'
+            sql = f'INSERT INTO {table} ({cols}) SELECT {values} FROM pg_advisory_xact_lock_shared(%s) RETURNING "id"'
         else:
             sql = f'INSERT INTO {table} ({cols}) VALUES ({", ".join(["%s"] * len(_EVENT_FIELDS))}) RETURNING "id"'
         _EVENT_SQL[conn.vendor] = sql

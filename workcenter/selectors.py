@@ -7,6 +7,7 @@ from django.db import connection
 from django.db.models import Count, Max, Q, Sum
 
 from .errors import NotFound
+from .events import stream_read
 from .models import COUNTER_FIELDS, Action, ActionStatus, Event, Run, RunStatus, WorkItem, WorkItemStatus
 
 
@@ -205,10 +206,12 @@ def work_item_detail(item_id: str) -> dict:
 
 
 def events_after(*, after_id: int = 0, item_id: str | None = None, limit=None) -> list[Event]:
+    """Stored events with id > after_id, oldest first: a page of the stream (`stream_read`)."""
     qs = Event.objects.filter(id__gt=int(after_id or 0))
     if item_id is not None:
         qs = qs.filter(work_item_id=item_id)
-    return list(qs.order_by("id")[: clamp_limit(limit, default=200, maximum=1000)])
+    with stream_read():
+        return list(qs.order_by("id")[: clamp_limit(limit, default=200, maximum=1000)])
 
 
 def completed_runs(item_id: str) -> list[Run]:
@@ -242,17 +245,19 @@ def work_item_events(*, item_id: str, after_id: int = 0, limit=None) -> list[Eve
 
 
 def item_last_event_id(item_id: str) -> int:
-    return Event.objects.filter(work_item_id=item_id).aggregate(m=Max("id"))["m"] or 0
+    with stream_read():
+        return Event.objects.filter(work_item_id=item_id).aggregate(m=Max("id"))["m"] or 0
 
 
 def event_last_id() -> int:
-    return Event.objects.aggregate(m=Max("id"))["m"] or 0
+    with stream_read():
+        return Event.objects.aggregate(m=Max("id"))["m"] or 0
 
 
 def event_previous_ids(event: Event) -> tuple[int, int]:
     """The ids of the stored events just before `event`: overall and of its item (0 when none).
     The live stream sends them along so a consumer can tell a lost message from an id hole."""
-    with connection.cursor() as cur:
+    with stream_read(), connection.cursor() as cur:
         cur.execute(_summary_sql()["previous"], [event.id, event.work_item_id, event.id])
         overall, in_item = cur.fetchone()
     return int(overall or 0), int(in_item or 0)

@@ -122,24 +122,25 @@ def test_submit_refreshes_the_graph_and_flags_from_one_read(store):
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_event_append_takes_the_order_lock_before_drawing_an_id(clock):
-    """PostgreSQL: the event insert is one statement that takes the event-order lock first, so a
-    second writer waits for the first one's commit before it draws the next id (ids commit in
-    id order; the stream cursor never skips an id that commits later)."""
+def test_stream_reads_wait_for_every_drawn_event_id_while_writers_never_wait(clock):
+    """PostgreSQL: writers take the stream key shared (before drawing an id, to their commit), so a
+    second writer commits while the first is still open; a stream read takes it exclusively, so it
+    waits for the open writer and never returns a page that a later commit would extend below."""
     import threading
     import time
 
     from django.db import connections, transaction
 
+    from workcenter import selectors
     from workcenter.events import event_append
 
     if connection.vendor != "postgresql":
-        pytest.skip("the event-order lock is PostgreSQL's (SQLite serialises writers)")
+        pytest.skip("the stream key is PostgreSQL's (SQLite serialises writers)")
     # given a writer that appended an event and has not committed yet
     now = clock()
     item = WorkItem.objects.create(title="t", goal="g", created_at=now, updated_at=now)
     inserted, release = threading.Event(), threading.Event()
-    ids = {}
+    ids, pages = {}, {}
 
     def first():
         try:
@@ -157,27 +158,33 @@ def test_event_append_takes_the_order_lock_before_drawing_an_id(clock):
         finally:
             connections.close_all()
 
+    def reader():
+        try:
+            pages["read"] = [e.id for e in selectors.events_after(after_id=0)]
+        finally:
+            connections.close_all()
+
     t1 = threading.Thread(target=first)
     t1.start()
     assert inserted.wait(20)
-    # when a second writer appends
+    # when a second writer appends, it commits without waiting for the first
     t2 = threading.Thread(target=second)
     t2.start()
+    t2.join(20)
+    assert not t2.is_alive() and ids["second"] == ids["first"] + 1
+    # and a stream read meanwhile waits for the open writer instead of returning [second]
+    t3 = threading.Thread(target=reader)
+    t3.start()
+    time.sleep(0.3)
+    assert t3.is_alive() and "read" not in pages
     with connection.cursor() as cur:
-        deadline = time.monotonic() + 20
-        while True:
-            cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-            if cur.fetchone()[0] or time.monotonic() > deadline:
-                break
-            time.sleep(0.01)
-        # then it waits on the lock without having drawn an id (sequences are not transactional)
-        cur.execute("SELECT pg_sequence_last_value(pg_get_serial_sequence('workcenter_event', 'id')::regclass)")
-        assert cur.fetchone()[0] == ids["first"]
-        assert "second" not in ids
+        cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        assert cur.fetchone()[0] == 1
     release.set()
     t1.join(20)
-    t2.join(20)
-    assert ids["second"] == ids["first"] + 1
+    t3.join(20)
+    # then the page holds both ids, in order, with no hole
+    assert pages["read"] == [ids["first"], ids["second"]]
     assert list(Event.objects.order_by("id").values_list("type", flat=True)) == ["test.first", "test.second"]
 
 
