@@ -6,9 +6,9 @@ Why: every process publishes its own events after commit (workcenter/events.py),
 worker (`workcenter_worker`), a command (`recover_runs`, `demo`'s simulated workers) or a second
 web process commits events that no websocket client of this server would ever see live.
 
-How: the Event table is the stream (the event id is its cursor, and ids commit in id order:
-SQLite serialises writers, PostgreSQL takes the event-order lock before drawing the id), so the
-web server reads it. One pump per process, started lazily by the first websocket consumer that
+How: the Event table is the stream (the event id is its cursor; every read of it is an
+`events.stream_read`, a prefix that no later commit extends below: SQLite serialises writers, on
+PostgreSQL the read holds the stream key exclusively), so the web server reads it. One pump per process, started lazily by the first websocket consumer that
 connects, as a task on the server's event loop:
 
 * it starts from the highest stored id, read when the first consumer connects and *before*

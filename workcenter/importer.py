@@ -491,7 +491,7 @@ def _write(src: SourceRows) -> dict[str, Any]:
     Run.objects.bulk_create(runs, batch_size=BATCH)
     if events:
         if connection.vendor == "postgresql":
-            # Same lock as events.event_append: ids commit in id order for stream readers.
+            # The stream key of events.event_append, taken exclusively: stream readers wait for the import's commit.
             with connection.cursor() as cur:
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", [_EVENT_ORDER_LOCK])
         # One row at a time in source order: the new ids follow the original id order.
