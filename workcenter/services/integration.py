@@ -47,12 +47,14 @@ def action_set_workspace(*, action_id: str, workspace: Any, mode: str | None = N
             # a mode change of a running action changes what may run beside it: hold its workspace
             common.workspace_lock(item.workspace_key)
         action = Action.objects.select_for_update().get(pk=action_id)
-        action.workspace = workspace if isinstance(workspace, dict) else None
-        fields = ["workspace"]
+        values = {"workspace": workspace if isinstance(workspace, dict) else None}
         if mode is not None:
-            action.workspace_mode = mode
-            fields.append("workspace_mode")
-        action.save(update_fields=fields)
+            values["workspace_mode"] = mode
+        # unfenced by lease (DOMAIN §10.1), but guarded on the row as locked: same item, same mode
+        common.guarded_update(Action.objects.filter(pk=action.pk, work_item_id=item.pk,
+                                                    workspace_mode=action.workspace_mode), **values)
+        for k, v in values.items():
+            setattr(action, k, v)
         return action
 
 

@@ -218,21 +218,23 @@ def work_item_update(
             or ("work_dir" in new and new["work_dir"] != item.work_dir)
             or ("acceptance_criteria" in new and list(new["acceptance_criteria"]) != list(item.acceptance_criteria or []))
         )
+        # the row as read under the lock: each write below is a guarded update on it
+        guard = WorkItem.objects.filter(pk=item.pk, status=item.status, revision=item.revision)
         for k, v in new.items():
             setattr(item, k, v)
         item.workspace_key = common.canonicalize_dir(item.work_dir)
         if not contract_changed:
             item.updated_at = now
-            item.save(update_fields=[*new.keys(), "workspace_key", "updated_at"])
+            common.guarded_update(guard, **new, workspace_key=item.workspace_key, updated_at=now)
             event_append(work_item_id=item.pk, type="work_item.updated",
                          data={"revision": item.revision, "changed_fields": changed_fields}, actor=actor, now=now)
             return item
         common.refuse_if_reserved(_open_actions(item), now)
-        guard = _status_guard(item, item.status)
         _invalidate(item, now, action_status=ActionStatus.SUPERSEDED, run_status=RunStatus.SUPERSEDED,
                     reason=common.REASON_CONTRACT, include_failed=item.execution_mode == "graph")
+        common.guarded_update(guard, **new, workspace_key=item.workspace_key, revision=item.revision + 1)
         item.revision += 1
-        item.save(update_fields=[*new.keys(), "workspace_key", "revision"])
+        guard = _status_guard(item, item.status, revision=item.revision)
         action = _insert_initial(item, now, context=[])
         common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk, guard=guard)
         common.sync_claimable(item)
