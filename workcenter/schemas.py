@@ -341,7 +341,18 @@ class ReservationOut(Schema):
 
 # --- input ---------------------------------------------------------------------------------------
 
-class CreateWorkItemIn(Schema):
+class WorkDirInput(Schema):
+    """Inputs carrying `work_dir`: anything but text is refused before the service resolves it."""
+
+    @field_validator("work_dir", mode="before", check_fields=False)
+    @classmethod
+    def _work_dir_is_text(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, str):
+            raise ValueError("workDir must be a string naming an existing directory")
+        return value
+
+
+class CreateWorkItemIn(WorkDirInput):
     title: str
     goal: str
     acceptance_criteria: list[str] = Field(default_factory=list)
@@ -356,28 +367,14 @@ class CreateWorkItemIn(Schema):
     workflow: Optional[dict[str, Any]] = Field(None, description="explicit workflow definition, honoured only "
                                                                  "with workcenter.define_workflows")
 
-    @field_validator("work_dir", mode="before")
-    @classmethod
-    def _work_dir_is_text(cls, value: Any) -> Any:
-        if value is not None and not isinstance(value, str):
-            raise ValueError("workDir must be a string naming an existing directory")
-        return value
 
-
-class UpdateWorkItemIn(Schema):
+class UpdateWorkItemIn(WorkDirInput):
     title: Optional[str] = None
     goal: Optional[str] = None
     acceptance_criteria: Optional[list[str]] = None
     work_dir: Optional[str] = None
     expected_revision: Optional[Int32] = Field(None, description="refuse with 409 revision_conflict when the "
                                                                "item's revision differs")
-
-    @field_validator("work_dir", mode="before")
-    @classmethod
-    def _work_dir_is_text(cls, value: Any) -> Any:
-        if value is not None and not isinstance(value, str):
-            raise ValueError("workDir must be a string naming an existing directory")
-        return value
 
 
 class RetryIn(Schema):

@@ -8,19 +8,12 @@ import pytest
 from workcenter.models import Action, Event, WorkItem
 
 from .conftest import ISO_MS, fence
+from .support import error_of
 
 pytestmark = pytest.mark.django_db
 
 COUNTERS = {"llm_request_count", "loop_count", "tool_count", "input_tokens", "output_tokens",
             "cache_read_tokens", "cache_write_tokens", "total_tokens"}
-
-
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.content
-    body = response.json()
-    assert set(body) == {"code", "message", "extra"}
-    assert body["code"] == code
-    return body
 
 
 def _field_names(body: dict) -> list[str]:
@@ -77,22 +70,22 @@ def test_create_without_start_is_a_draft(api):
 def test_create_with_a_caller_id_and_duplicate_is_409(api):
     item = api.create(id="my-item")
     assert item["id"] == "my-item"
-    body = _error(api.post("/work-items", {"title": "T", "goal": "G", "id": "my-item"}), 409, "invalid_state")
+    body = error_of(api.post("/work-items", {"title": "T", "goal": "G", "id": "my-item"}), 409, "invalid_state")
     assert "my-item" in body["message"]
     assert WorkItem.objects.count() == 1
 
 
 def test_create_missing_title_is_422(api):
-    body = _error(api.post("/work-items", {"goal": "G"}), 422, "invalid_input")
+    body = error_of(api.post("/work-items", {"goal": "G"}), 422, "invalid_input")
     assert _field_names(body) == ["title"]
-    body = _error(api.post("/work-items", {"title": "   ", "goal": "G"}), 422, "invalid_input")
+    body = error_of(api.post("/work-items", {"title": "   ", "goal": "G"}), 422, "invalid_input")
     assert _field_names(body) == ["title"]
     assert WorkItem.objects.count() == 0
 
 
 @pytest.mark.parametrize("work_dir", ["/definitely/not/here", "", "   ", None, 42])
 def test_create_bad_work_dir_is_422_mentioning_workDir(api, work_dir):
-    body = _error(api.post("/work-items", {"title": "T", "goal": "G", "work_dir": work_dir}), 422, "invalid_input")
+    body = error_of(api.post("/work-items", {"title": "T", "goal": "G", "work_dir": work_dir}), 422, "invalid_input")
     assert "workDir" in body["message"]
     assert _field_names(body) == ["work_dir"]
     assert WorkItem.objects.count() == 0 and Event.objects.count() == 0
@@ -104,20 +97,20 @@ def test_create_without_work_dir_uses_the_default_setting(api, settings, tmp_pat
 
 
 def test_create_wrong_types_are_422_with_snake_case_fields(api):
-    body = _error(api.post("/work-items", {"title": "T", "goal": "G", "acceptance_criteria": "one",
+    body = error_of(api.post("/work-items", {"title": "T", "goal": "G", "acceptance_criteria": "one",
                                            "reuse_memory": "maybe"}), 422, "invalid_input")
     assert set(_field_names(body)) == {"acceptance_criteria", "reuse_memory"}
 
 
 def test_malformed_json_is_400(api):
-    body = _error(api.post("/work-items", '{"title": "T",'), 400, "bad_request")
+    body = error_of(api.post("/work-items", '{"title": "T",'), 400, "bad_request")
     assert "JSON" in body["message"]
     assert WorkItem.objects.count() == 0
 
 
 def test_non_object_body_is_422(api):
-    _error(api.post("/work-items", "[1, 2]"), 422, "invalid_input")
-    _error(api.post("/work-items", '"text"'), 422, "invalid_input")
+    error_of(api.post("/work-items", "[1, 2]"), 422, "invalid_input")
+    error_of(api.post("/work-items", '"text"'), 422, "invalid_input")
 
 
 # --- list and read -----------------------------------------------------------------------------
@@ -150,24 +143,24 @@ def test_list_is_newest_first_with_count_and_summary_shape(api):
 
 @pytest.mark.parametrize("limit", [0, -1, 501, "x"])
 def test_list_limit_outside_range_is_422(api, limit):
-    body = _error(api.get("/work-items", {"limit": limit}), 422, "invalid_input")
+    body = error_of(api.get("/work-items", {"limit": limit}), 422, "invalid_input")
     assert _field_names(body) == ["limit"]
 
 
 def test_list_unknown_status_is_422(api):
-    body = _error(api.get("/work-items", {"status": "sleeping"}), 422, "invalid_input")
+    body = error_of(api.get("/work-items", {"status": "sleeping"}), 422, "invalid_input")
     assert _field_names(body) == ["status"]
 
 
 def test_get_unknown_item_is_404(api):
     for path in ("/work-items/nope", "/work-items/nope/graph", "/work-items/nope/events",
                  "/work-items/nope/retry-preview"):
-        body = _error(api.get(path), 404, "not_found")
+        body = error_of(api.get(path), 404, "not_found")
         assert "nope" in body["message"]
-    _error(api.post("/work-items/nope/start"), 404, "not_found")
-    _error(api.post("/work-items/nope/cancel"), 404, "not_found")
-    _error(api.patch("/work-items/nope", {"title": "x"}), 404, "not_found")
-    _error(api.post("/work-items/nope/retry", {"answer": "x"}), 404, "not_found")
+    error_of(api.post("/work-items/nope/start"), 404, "not_found")
+    error_of(api.post("/work-items/nope/cancel"), 404, "not_found")
+    error_of(api.patch("/work-items/nope", {"title": "x"}), 404, "not_found")
+    error_of(api.post("/work-items/nope/retry", {"answer": "x"}), 404, "not_found")
 
 
 def test_get_detail_lists_runs_newest_first_and_events_highest_first(api, viewer):
@@ -206,7 +199,7 @@ def test_start_a_draft(api):
 def test_start_of_a_running_item_is_409_invalid_state(api):
     item = api.create()
     api.claim()
-    body = _error(api.post(f"/work-items/{item['id']}/start"), 409, "invalid_state")
+    body = error_of(api.post(f"/work-items/{item['id']}/start"), 409, "invalid_state")
     assert "must be resumed with retry" in body["message"]
 
 
@@ -225,7 +218,7 @@ def test_cancel_and_cancel_of_done_is_409(api):
     # a done item cannot be cancelled
     done = api.create(workflow=None, start=False)
     WorkItem.objects.filter(pk=done["id"]).update(status="done")
-    body = _error(api.post(f"/work-items/{done['id']}/cancel"), 409, "invalid_state")
+    body = error_of(api.post(f"/work-items/{done['id']}/cancel"), 409, "invalid_state")
     assert "cannot be cancelled" in body["message"]
 
 
@@ -258,7 +251,7 @@ def test_patch_contract_change_retriages(api):
 
 def test_patch_with_stale_expected_revision_is_409_revision_conflict(api):
     item = api.create()
-    body = _error(api.patch(f"/work-items/{item['id']}", {"goal": "x", "expected_revision": 7}),
+    body = error_of(api.patch(f"/work-items/{item['id']}", {"goal": "x", "expected_revision": 7}),
                   409, "revision_conflict")
     assert body["extra"]["revision"] == 1
     assert WorkItem.objects.get(pk=item["id"]).goal == "Do the thing"
@@ -266,14 +259,14 @@ def test_patch_with_stale_expected_revision_is_409_revision_conflict(api):
 
 def test_patch_bad_work_dir_is_422(api):
     item = api.create()
-    body = _error(api.patch(f"/work-items/{item['id']}", {"work_dir": "/no/such/dir"}), 422, "invalid_input")
+    body = error_of(api.patch(f"/work-items/{item['id']}", {"work_dir": "/no/such/dir"}), 422, "invalid_input")
     assert "workDir" in body["message"]
 
 
 def test_patch_of_cancelled_item_is_409(api):
     item = api.create()
     api.post(f"/work-items/{item['id']}/cancel")
-    body = _error(api.patch(f"/work-items/{item['id']}", {"goal": "x"}), 409, "invalid_state")
+    body = error_of(api.patch(f"/work-items/{item['id']}", {"goal": "x"}), 409, "invalid_state")
     assert "Cannot update" in body["message"]
 
 
@@ -296,18 +289,18 @@ def test_guidance_on_a_changed_action_is_409_revision_conflict(api):
     item = api.create()
     old = item["current_action_id"]
     api.post(f"/work-items/{item['id']}/guidance", {"action_id": old, "revision": 1, "guidance": "one"})
-    body = _error(api.post(f"/work-items/{item['id']}/guidance", {"action_id": old, "revision": 1,
+    body = error_of(api.post(f"/work-items/{item['id']}/guidance", {"action_id": old, "revision": 1,
                                                                   "guidance": "two"}), 409, "revision_conflict")
     assert "Action changed" in body["message"]
 
 
 def test_blank_guidance_is_422(api):
     item = api.create()
-    body = _error(api.post(f"/work-items/{item['id']}/guidance",
+    body = error_of(api.post(f"/work-items/{item['id']}/guidance",
                            {"action_id": item["current_action_id"], "revision": 1, "guidance": "   "}),
                   422, "invalid_input")
     assert _field_names(body) == ["guidance"]
-    body = _error(api.post(f"/work-items/{item['id']}/guidance", {"guidance": "x"}), 422, "invalid_input")
+    body = error_of(api.post(f"/work-items/{item['id']}/guidance", {"guidance": "x"}), 422, "invalid_input")
     assert set(_field_names(body)) == {"action_id", "revision"}
     assert Action.objects.count() == 1
 
@@ -323,10 +316,10 @@ def _waiting_item(api):
 
 def test_retry_of_waiting_item_needs_an_answer(api):
     item = _waiting_item(api)
-    body = _error(api.post(f"/work-items/{item['id']}/retry", {}), 422, "invalid_input")
+    body = error_of(api.post(f"/work-items/{item['id']}/retry", {}), 422, "invalid_input")
     assert "answer is required" in body["message"]
     assert _field_names(body) == ["answer"]
-    _error(api.post(f"/work-items/{item['id']}/retry"), 422, "invalid_input")  # no body at all
+    error_of(api.post(f"/work-items/{item['id']}/retry"), 422, "invalid_input")  # no body at all
     # when
     r = api.post(f"/work-items/{item['id']}/retry", {"answer": "PostgreSQL"})
     # then
@@ -340,7 +333,7 @@ def test_retry_of_waiting_item_needs_an_answer(api):
 
 def test_retry_of_ready_item_is_409(api):
     item = api.create()
-    body = _error(api.post(f"/work-items/{item['id']}/retry", {"answer": "x"}), 409, "invalid_state")
+    body = error_of(api.post(f"/work-items/{item['id']}/retry", {"answer": "x"}), 409, "invalid_state")
     assert "does not need retry" in body["message"]
 
 
@@ -363,7 +356,7 @@ def test_retry_preview_of_a_linear_item(api):
 
 def test_retry_preview_when_retry_is_not_allowed_is_409(api):
     item = api.create()
-    body = _error(api.get(f"/work-items/{item['id']}/retry-preview"), 409, "invalid_state")
+    body = error_of(api.get(f"/work-items/{item['id']}/retry-preview"), 409, "invalid_state")
     assert "does not need retry" in body["message"]
 
 
@@ -394,8 +387,8 @@ def test_item_events_after_id_and_last_id(api):
 @pytest.mark.parametrize("params", [{"limit": 0}, {"limit": 1001}, {"after_id": -1}, {"after_id": "x"}])
 def test_events_bad_query_is_422(api, params):
     item = api.create()
-    _error(api.get("/events", params), 422, "invalid_input")
-    _error(api.get(f"/work-items/{item['id']}/events", params), 422, "invalid_input")
+    error_of(api.get("/events", params), 422, "invalid_input")
+    error_of(api.get(f"/work-items/{item['id']}/events", params), 422, "invalid_input")
 
 
 @pytest.mark.parametrize("session", ["sess-1", "Sitzung «ü» \"q\""])

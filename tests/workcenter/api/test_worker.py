@@ -7,16 +7,9 @@ from workcenter.models import Action, Event, Run, WorkItem
 from workcenter.schemas import iso_ms
 
 from .conftest import ISO_MS, checks_for, fence
+from .support import error_of
 
 pytestmark = pytest.mark.django_db
-
-
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.content
-    body = response.json()
-    assert set(body) == {"code", "message", "extra"}
-    assert body["code"] == code
-    return body
 
 
 # --- the whole flow ----------------------------------------------------------------------------
@@ -89,10 +82,10 @@ def test_claim_when_nothing_is_claimable_is_204(api):
 
 
 def test_claim_input_is_validated(api):
-    body = _error(api.post("/claims", {}), 422, "invalid_input")
+    body = error_of(api.post("/claims", {}), 422, "invalid_input")
     assert [e["field"] for e in body["extra"]["errors"]] == ["owner_boot_id"]
-    _error(api.post("/claims", {"owner_boot_id": ""}), 422, "invalid_input")
-    _error(api.post("/claims", {"owner_boot_id": "b", "lease_ms": 0}), 422, "invalid_input")
+    error_of(api.post("/claims", {"owner_boot_id": ""}), 422, "invalid_input")
+    error_of(api.post("/claims", {"owner_boot_id": "b", "lease_ms": 0}), 422, "invalid_input")
 
 
 def test_submission_validation_failure_is_a_failed_run_not_an_http_error(api):
@@ -137,7 +130,7 @@ def test_submit_missing_fence_is_422(api):
     api.create()
     claim = api.claim()
     r = api.post(f"/runs/{claim['run']['id']}/submit", {"outcome": "failed"})
-    body = _error(r, 422, "invalid_input")
+    body = error_of(r, 422, "invalid_input")
     assert {e["field"] for e in body["extra"]["errors"]} == {"owner_boot_id", "lease_epoch"}
 
 
@@ -161,7 +154,7 @@ def test_worker_calls_on_an_unknown_run_are_409_stale_run(api):
                         ("integration", {"workspace": {}}), ("integration/reservation", {}),
                         ("integration/finish", {"token": "t", "workspace": {}}),
                         ("integration/rollback", {"token": "t"})]:
-        body = _error(api.post(f"/runs/no-such-run/{path}", {**f, **extra}), 409, "stale_run")
+        body = error_of(api.post(f"/runs/no-such-run/{path}", {**f, **extra}), 409, "stale_run")
         assert "stale" in body["message"], path
     # interrupt answers false instead
     r = api.post("/runs/no-such-run/interrupt", f)
@@ -174,7 +167,7 @@ def test_wrong_boot_or_epoch_is_409_stale_run(api):
     rid = claim["run"]["id"]
     for f in ({"owner_boot_id": "other", "lease_epoch": 1}, {"owner_boot_id": "boot-A", "lease_epoch": 0}):
         for path, extra in [("renew", {}), ("progress", {"response": "x"}), ("submit", {"outcome": "failed"})]:
-            body = _error(api.post(f"/runs/{rid}/{path}", {**f, **extra}), 409, "stale_run")
+            body = error_of(api.post(f"/runs/{rid}/{path}", {**f, **extra}), 409, "stale_run")
             assert "stale" in body["message"]
         assert api.post(f"/runs/{rid}/interrupt", f).json() == {"interrupted": False}
     assert Run.objects.get().status == "running"
@@ -186,9 +179,9 @@ def test_expired_lease_is_409_stale_run(api, frozen_clock):
     claim = api.claim(lease_ms=1_000)
     frozen_clock.advance(1_001)
     rid = claim["run"]["id"]
-    body = _error(api.post(f"/runs/{rid}/renew", fence(claim)), 409, "stale_run")
+    body = error_of(api.post(f"/runs/{rid}/renew", fence(claim)), 409, "stale_run")
     assert "expired" in body["message"]
-    _error(api.post(f"/runs/{rid}/progress", fence(claim)), 409, "stale_run")
+    error_of(api.post(f"/runs/{rid}/progress", fence(claim)), 409, "stale_run")
     body = api.submit(claim, expect=409, outcome="failed")
     assert "stale" in body["message"] and "expired" in body["message"]
     # an expired run may still close itself
@@ -233,7 +226,7 @@ def test_recoveries_interrupt_runs_of_other_boots(api):
     event = Event.objects.filter(work_item_id=item["id"]).latest("id")
     assert event.type == "run.interrupted" and event.actor == "recovery:fresh-boot"
     assert api.post("/recoveries", {"owner_boot_id": "fresh-boot"}).json() == {"recovered": 0}
-    _error(api.post("/recoveries", {}), 422, "invalid_input")
+    error_of(api.post("/recoveries", {}), 422, "invalid_input")
 
 
 # --- integration and reservations --------------------------------------------------------------
@@ -264,7 +257,7 @@ def test_reservation_acquire_finish(api):
     assert iso_ms(Run.objects.get().expires_at) == reservation["expires_at"]
     # a wrong token is refused without changing the record
     wrong = {**fence(claim), "token": "nope", "workspace": {"path": "/tmp/wt", "integration": {"status": "finalized"}}}
-    body = _error(api.post(f"/runs/{rid}/integration/finish", wrong), 409, "stale_run")
+    body = error_of(api.post(f"/runs/{rid}/integration/finish", wrong), 409, "stale_run")
     assert "lost its Run lease" in body["message"]
     # the right token finishes
     finalized = {"path": "/tmp/wt", "integration": {"status": "finalized"}}
@@ -273,7 +266,7 @@ def test_reservation_acquire_finish(api):
     assert r.status_code == 200, r.content
     assert r.json()["action"]["workspace"] == finalized
     # now nothing is prepared any more: acquiring again is refused
-    _error(api.post(f"/runs/{rid}/integration/reservation", fence(claim)), 409, "stale_run")
+    error_of(api.post(f"/runs/{rid}/integration/reservation", fence(claim)), 409, "stale_run")
 
 
 def test_reservation_rollback(api):
@@ -283,7 +276,7 @@ def test_reservation_rollback(api):
     assert r.status_code == 200, r.content
     assert r.json()["action"]["workspace"] is None
     assert r.json()["action"]["workspace_mode"] == "integrate"
-    _error(api.post(f"/runs/{rid}/integration/rollback", {**fence(claim), "token": reservation["token"]}),
+    error_of(api.post(f"/runs/{rid}/integration/rollback", {**fence(claim), "token": reservation["token"]}),
            409, "stale_run")
 
 
@@ -297,7 +290,7 @@ def test_live_reservation_refuses_cancel_update_guidance_and_interrupt(api):
                                                  "guidance": "stop"}),
         api.post(f"/runs/{claim['run']['id']}/interrupt", fence(claim)),
     ):
-        body = _error(response, 409, "reservation_active")
+        body = error_of(response, 409, "reservation_active")
         assert "integration finalization currently owns" in body["message"]
     assert WorkItem.objects.get().status == "running"
     assert Action.objects.get().status == "running"
@@ -306,14 +299,14 @@ def test_live_reservation_refuses_cancel_update_guidance_and_interrupt(api):
 def test_reservation_on_a_non_integration_action_is_409(api):
     api.create()
     claim = api.claim()
-    body = _error(api.post(f"/runs/{claim['run']['id']}/integration/reservation", fence(claim)), 409, "stale_run")
+    body = error_of(api.post(f"/runs/{claim['run']['id']}/integration/reservation", fence(claim)), 409, "stale_run")
     assert "stale" in body["message"]
 
 
 def test_integration_workspace_must_be_an_object(api):
     api.create()
     claim = api.claim()
-    body = _error(api.post(f"/runs/{claim['run']['id']}/integration", {**fence(claim), "workspace": "x"}),
+    body = error_of(api.post(f"/runs/{claim['run']['id']}/integration", {**fence(claim), "workspace": "x"}),
                   422, "invalid_input")
     assert [e["field"] for e in body["extra"]["errors"]] == ["workspace"]
 
