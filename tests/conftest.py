@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from workcenter import services
-from workcenter.models import Action, Run, WorkItem
+from workcenter.models import Action, Event, Run, WorkItem
 from workcenter.services import workflows
 
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=timezone.utc)
@@ -45,6 +45,17 @@ def completed(criteria=(), **extra):
               "acceptance_checks": checks_for(criteria)}
     result.update(extra)
     return result
+
+
+def item_snapshot(item_id):
+    """Every stored row of one item (item, actions, runs, events): equal before and after a refused
+    call means nothing was written."""
+    return (
+        list(WorkItem.objects.filter(pk=item_id).values()),
+        list(Action.objects.filter(work_item_id=item_id).order_by("sequence").values()),
+        list(Run.objects.filter(work_item_id=item_id).order_by("pk").values()),
+        list(Event.objects.filter(work_item_id=item_id).order_by("id").values()),
+    )
 
 
 class Store:

@@ -3,10 +3,10 @@ from datetime import timedelta
 
 import pytest
 
-from tests.conftest import completed, make_graph
+from tests.conftest import completed, item_snapshot, make_graph
 from workcenter import events, services
 from workcenter.errors import InvalidInput, InvalidState, NotFound, ReservationActive, StaleRun
-from workcenter.models import Action, Event, Run, WorkItem
+from workcenter.models import Action, Event, Run
 
 ADMIN = "admin:alice"
 
@@ -15,29 +15,20 @@ def _fence(c):
     return dict(run_id=c.run.pk, owner_boot_id=c.run.owner_boot_id, lease_epoch=c.run.lease_epoch)
 
 
-def _snapshot(item_id):
-    return (
-        list(WorkItem.objects.filter(pk=item_id).values()),
-        list(Action.objects.filter(work_item_id=item_id).order_by("sequence").values()),
-        list(Run.objects.filter(work_item_id=item_id).order_by("pk").values()),
-        list(Event.objects.filter(work_item_id=item_id).order_by("id").values()),
-    )
-
-
 def _last_event(item_id):
     return Event.objects.filter(work_item_id=item_id).order_by("-id").first()
 
 
 def _assert_old_worker_fenced_out(store, c):
     """The old worker's renew, progress and submit all fail stale and change nothing."""
-    before = _snapshot(c.work_item.pk)
+    before = item_snapshot(c.work_item.pk)
     assert services.run_renew(**_fence(c), now=store.now()) is None
     assert services.run_progress(**_fence(c), progress={"response": "late"}, now=store.now()) is None
     assert services.run_interrupt(**_fence(c), now=store.now()) is False
     with pytest.raises(StaleRun) as exc:
         store.complete(c)
     assert "stale" in str(exc.value)
-    assert _snapshot(c.work_item.pk) == before
+    assert item_snapshot(c.work_item.pk) == before
 
 
 def _reserved(store, reservation_ms=60_000):
@@ -110,11 +101,11 @@ def test_run_release_refuses_a_finished_run(store):
     item = store.linear()
     c = store.claim()
     store.submit(c, {"outcome": "failed", "error": "boom"})
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     with pytest.raises(InvalidState) as exc:
         services.run_release(run_id=c.run.pk, reason="r", actor=ADMIN, now=store.now())
     assert "failed" in str(exc.value) and "not running" in str(exc.value)
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
 
 
 def test_run_release_refuses_a_run_that_lost_its_action(store):
@@ -124,12 +115,12 @@ def test_run_release_refuses_a_run_that_lost_its_action(store):
     cb = store.claim_item(item.pk, stage="b")
     store.submit(ca, {"outcome": "failed", "error": "boom"})
     assert store.item(item.pk).status == "needs_attention"
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     # when the orphan sibling is released, then it is refused with a pointer to the action repairs
     with pytest.raises(InvalidState) as exc:
         services.run_release(run_id=cb.run.pk, reason="r", actor=ADMIN, now=store.now())
     assert "reset or mark its Action failed" in str(exc.value)
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
 
 
 def test_run_release_unknown_run(store):
@@ -139,11 +130,11 @@ def test_run_release_unknown_run(store):
 
 def test_run_release_refused_while_reservation_live_then_allowed(store, clock):
     item, c, res = _reserved(store)
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     with pytest.raises(ReservationActive) as exc:
         services.run_release(run_id=c.run.pk, reason="stuck", actor=ADMIN, now=store.now())
     assert "integration finalization currently owns" in str(exc.value)
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
     clock.t = res.expires_at + timedelta(milliseconds=1)
     assert services.run_release(run_id=c.run.pk, reason="stuck", actor=ADMIN, now=store.now()).status == "interrupted"
 
@@ -224,21 +215,21 @@ def test_action_reset_graph_running_fences_old_worker(store):
 def test_action_reset_refuses_other_statuses(store, status):
     item = make_graph(store, [{"id": "a", "status": status}, {"id": "b"}])
     a = store.by_stage(item.pk)["a"]
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     with pytest.raises(InvalidState) as exc:
         services.action_reset(action_id=a.pk, reason="r", actor=ADMIN, now=store.now())
     assert f"Action in {status} cannot be reset" in str(exc.value)
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
 
 
 def test_action_reset_refuses_a_cancelled_item(store):
     item = make_graph(store, [{"id": "a", "status": "failed"}], status="needs_attention")
     services.work_item_cancel(item_id=item.pk, now=store.now())
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     with pytest.raises(InvalidState) as exc:
         services.action_reset(action_id=store.by_stage(item.pk)["a"].pk, reason="r", actor=ADMIN, now=store.now())
     assert "cancelled" in str(exc.value)
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
 
 
 def test_action_reset_refuses_a_non_current_linear_action(store):
@@ -247,22 +238,22 @@ def test_action_reset_refuses_a_non_current_linear_action(store):
     c = store.claim()
     store.submit(c, {"outcome": "failed", "error": "boom"})
     services.work_item_retry(item_id=item.pk, now=store.now())
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     with pytest.raises(InvalidState) as exc:
         services.action_reset(action_id=c.action.pk, reason="r", actor=ADMIN, now=store.now())
     assert "not the current Action" in str(exc.value)
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
 
 
 def test_action_reset_and_mark_failed_refused_while_reservation_live(store):
     item, c, _ = _reserved(store)
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     for fn in (services.action_reset, services.action_mark_failed):
         with pytest.raises(ReservationActive):
             fn(action_id=c.action.pk, reason="r", actor=ADMIN, now=store.now())
     with pytest.raises(ReservationActive):
         services.action_edit(action_id=c.action.pk, reason="r", actor=ADMIN, max_attempts=4, now=store.now())
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
 
 
 # --- action_mark_failed --------------------------------------------------------------------------
@@ -316,10 +307,10 @@ def test_action_mark_failed_graph_each_open_status(store, previous):
 def test_action_mark_failed_refuses_closed_actions(store, status):
     item = make_graph(store, [{"id": "a", "status": status}, {"id": "b"}])
     a = store.by_stage(item.pk)["a"]
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     with pytest.raises(InvalidState):
         services.action_mark_failed(action_id=a.pk, reason="r", actor=ADMIN, now=store.now())
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
 
 
 # --- action_edit ---------------------------------------------------------------------------------
@@ -384,7 +375,7 @@ def test_action_edit_failed_action_keeps_status(store):
 def test_action_edit_no_change_is_refused(store):
     item = make_graph(store, [{"id": "a"}])
     a = store.by_stage(item.pk)["a"]
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     with pytest.raises(InvalidInput) as exc:
         services.action_edit(action_id=a.pk, reason="r", actor=ADMIN, instruction=a.instruction,
                              max_attempts=a.max_attempts, now=store.now())
@@ -392,7 +383,7 @@ def test_action_edit_no_change_is_refused(store):
     with pytest.raises(InvalidInput) as exc:
         services.action_edit(action_id=a.pk, reason="r", actor=ADMIN, now=store.now())
     assert "nothing to edit" in str(exc.value)
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
 
 
 @pytest.mark.parametrize("field,value", [
@@ -406,22 +397,22 @@ def test_action_edit_no_change_is_refused(store):
 def test_action_edit_bad_values(store, field, value):
     item = make_graph(store, [{"id": "a"}])
     a = store.by_stage(item.pk)["a"]
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     with pytest.raises(InvalidInput) as exc:
         services.action_edit(action_id=a.pk, reason="r", actor=ADMIN, now=store.now(), **{field: value})
     assert exc.value.extra["errors"][0]["field"] == field
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
 
 
 def test_action_edit_max_attempts_below_attempts_made(store):
     item = make_graph(store, [{"id": "a", "max_attempts": 3}, {"id": "b", "deps": ["a"]}])
     c = store.claim()
     store.submit(c, {"outcome": "retryable", "error": "flaky"})  # ready again with attempt 1
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     with pytest.raises(InvalidInput) as exc:
         services.action_edit(action_id=c.action.pk, reason="r", actor=ADMIN, max_attempts=1, now=store.now())
     assert "greater than the 1 attempt" in str(exc.value)
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
     services.action_edit(action_id=c.action.pk, reason="r", actor=ADMIN, max_attempts=2, now=store.now())
     assert Action.objects.get(pk=c.action.pk).max_attempts == 2
 
@@ -430,11 +421,11 @@ def test_action_edit_max_attempts_below_attempts_made(store):
 def test_action_edit_refuses_closed_actions(store, status):
     item = make_graph(store, [{"id": "a", "status": status}, {"id": "b"}])
     a = store.by_stage(item.pk)["a"]
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     with pytest.raises(InvalidState) as exc:
         services.action_edit(action_id=a.pk, reason="r", actor=ADMIN, max_attempts=3, now=store.now())
     assert "cannot be edited" in str(exc.value)
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
 
 
 # --- reason, actor and ids -----------------------------------------------------------------------
@@ -444,7 +435,7 @@ def test_action_edit_refuses_closed_actions(store, status):
 def test_repairs_require_a_valid_reason(store, reason, repair):
     item = store.linear()
     c = store.claim()
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     calls = {
         "release": lambda: services.run_release(run_id=c.run.pk, reason=reason, actor=ADMIN, now=store.now()),
         "reset": lambda: services.action_reset(action_id=c.action.pk, reason=reason, actor=ADMIN, now=store.now()),
@@ -455,7 +446,7 @@ def test_repairs_require_a_valid_reason(store, reason, repair):
     with pytest.raises(InvalidInput) as exc:
         calls[repair]()
     assert exc.value.extra["errors"][0]["field"] == "reason"
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
 
 
 def test_reason_of_exactly_2000_characters_is_kept_trimmed(store):

@@ -3,7 +3,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.conftest import checks_for, completed, make_graph
+from tests.conftest import checks_for, completed, item_snapshot, make_graph
 from workcenter import services
 from workcenter.errors import InvalidInput, StaleRun
 from workcenter.models import Action, Event, Run, WorkItem
@@ -16,19 +16,10 @@ def _args(c, **kw):
     return d
 
 
-def _snapshot(item_id):
-    return (
-        list(WorkItem.objects.filter(pk=item_id).values()),
-        list(Action.objects.filter(work_item_id=item_id).order_by("sequence").values()),
-        list(Run.objects.filter(work_item_id=item_id).order_by("pk").values()),
-        list(Event.objects.filter(work_item_id=item_id).order_by("id").values()),
-    )
-
-
 # --- fencing: every stale case of DOMAIN §6.4 -------------------------------------------------
 
 def _assert_stale_everywhere(store, c, words):
-    before = _snapshot(c.work_item.pk)
+    before = item_snapshot(c.work_item.pk)
     with pytest.raises(StaleRun) as exc:
         store.submit(c, completed())
     msg = str(exc.value)
@@ -36,7 +27,7 @@ def _assert_stale_everywhere(store, c, words):
     assert services.run_progress(**_args(c), progress={"response": "x"}, now=store.now()) is None
     assert services.run_renew(**_args(c), now=store.now()) is None
     assert services.run_set_snapshots(**_args(c), snapshots={"vp_snapshot": {"id": "v"}}, now=store.now()) is False
-    assert _snapshot(c.work_item.pk) == before
+    assert item_snapshot(c.work_item.pk) == before
 
 
 def test_fence_different_boot_id(store):
@@ -164,11 +155,11 @@ def test_run_set_snapshots_only_once(store):
 def test_run_submit_hard_errors_change_nothing(store, result, words):
     item = store.linear()
     c = store.claim()
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     with pytest.raises(InvalidInput) as exc:
         store.submit(c, result)
     assert all(w in str(exc.value) for w in words)
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
     assert Run.objects.get(pk=c.run.pk).status == "running"
 
 
@@ -336,19 +327,19 @@ def test_planned_triage_template_reuse_continues_linear(store):
 def test_run_submit_fault_commits_nothing(store, point):
     item = store.planned([{"id": "a", "objective": "o"}, {"id": "b", "objective": "o"}])
     c = store.claim()
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     with inject_fault(point), pytest.raises(RuntimeError):
         store.complete(c)
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
 
 
 def test_run_interrupt_fault_commits_nothing(store):
     item = store.linear()
     c = store.claim()
-    before = _snapshot(item.pk)
+    before = item_snapshot(item.pk)
     with inject_fault("after_interrupt_run_update"), pytest.raises(RuntimeError):
         services.run_interrupt(**_args(c), final_progress={"response": "partial", "tool_count": 9}, now=store.now())
-    assert _snapshot(item.pk) == before
+    assert item_snapshot(item.pk) == before
 
 
 # --- interruption (DOMAIN §9.1) -----------------------------------------------------------------
