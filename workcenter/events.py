@@ -65,7 +65,9 @@ def set_publisher(fn: Callable[[Event], None] | None) -> None:
 
 
 def publish(event: Event) -> None:
+    """The after-commit publication of an event this process committed (through `_publisher`)."""
     _publisher(event)
+    _remember_local(event.id)
 
 
 def event_append(
@@ -164,7 +166,7 @@ def event_message(event: Event, work_item=None) -> dict:
             "work_item": WorkItemSummaryOut.from_orm(item).model_dump(mode="json")}
 
 
-# Ids this process has published after their commit. The event pump (dashboard/pump.py) reads
+# Ids this process has published after their commit (`publish`, whatever the publisher). The event pump (dashboard/pump.py) reads
 # the event table for what *other* processes committed; it skips these instead of rendering and
 # sending a second copy (which consumers would drop, after it had delayed the next live message).
 _LOCAL_IDS_MAX = 10_000
@@ -202,8 +204,6 @@ def channel_publish(event: Event, *, previous: tuple[int, int] | None = None, wo
         prev_id, item_prev_id = previous if previous is not None else selectors.event_previous_ids(event)
         _group_send(layer, groups, {"type": "stream.event", "id": event.id, "prev_id": prev_id,
                                     "item_prev_id": item_prev_id, "message": event_message(event, work_item)})
-        if previous is None:  # the committing process's own publication (not the pump's)
-            _remember_local(event.id)
         return True
     except Exception:  # the commit already happened; a lost message is covered by the cursor
         logger.exception("publishing event %s failed", event.id)
