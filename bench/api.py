@@ -143,32 +143,15 @@ def create_items(n: int) -> None:
 
 
 def drive(store: HttpStore, boot: str, done, total: int | None) -> dict:
-    claims: list[float] = []
-    submits: list[float] = []
-    empty = 0
-    perf = time.perf_counter
-    while True:
-        t0 = perf()
-        task = store.claim(boot, LONG_LEASE_MS)
-        t1 = perf()
-        if task is None:  # 204
-            remaining = total is None or done.value < total
-            if remaining and empty < MAX_EMPTY_RETRIES:
-                empty += 1
-                time.sleep(0.002)
-                continue
-            break
-        empty = 0
-        claims.append(t1 - t0)
-        t0 = perf()
-        out = store.submit(task["run"], SUBMIT_BODY)
-        submits.append(perf() - t0)
-        run_out = out["run"]
+    def submit(task):
+        run_out = store.submit(task["run"], SUBMIT_BODY)["run"]
         if run_out.get("status") != "completed":
             raise RuntimeError(f"submit: run ended {run_out.get('status')!r}: {run_out.get('error')!r}")
         with done.get_lock():
             done.value += 1
-    return {"claims": claims, "submits": submits}
+
+    return svcbench.timed_loop(lambda: store.claim(boot, LONG_LEASE_MS), submit,
+                               lambda: total is None or done.value < total, MAX_EMPTY_RETRIES)
 
 
 def worker_main(idx: int, url: str, token: str, total, ready_q, start_evt, result_q, done) -> None:

@@ -189,20 +189,20 @@ def unfinished_graph_items() -> bool:
     return WorkItem.objects.filter(workflow_template="bench-graph").exclude(status="done").exists()
 
 
-def drive(boot: str) -> dict:
-    """Claim -> submit(completed) until nothing is left. Returns the timings."""
-    from workcenter import services
-
+def timed_loop(claim, submit, more_work, max_empty: int = MAX_EMPTY_RETRIES) -> dict:
+    """claim() -> submit(task) until claim() finds nothing and more_work() says nothing is left
+    (a few short retries cover work that another worker is about to make ready). The timings of
+    each call, for bench/claims.py (service layer) and bench/api.py (HTTP) alike."""
     claims: list[float] = []
     submits: list[float] = []
     empty = 0
     perf = time.perf_counter
     while True:
         t0 = perf()
-        c = services.action_claim(owner_boot_id=boot, lease_ms=LONG_LEASE_MS)
+        task = claim()
         t1 = perf()
-        if c is None:
-            if empty < MAX_EMPTY_RETRIES and unfinished_graph_items():
+        if task is None:
+            if empty < max_empty and more_work():
                 empty += 1
                 time.sleep(0.002)
                 continue
@@ -210,9 +210,21 @@ def drive(boot: str) -> dict:
         empty = 0
         claims.append(t1 - t0)
         t0 = perf()
-        services.run_submit(run_id=c.run.pk, owner_boot_id=boot, lease_epoch=c.run.lease_epoch, result=RESULT)
+        submit(task)
         submits.append(perf() - t0)
     return {"claims": claims, "submits": submits}
+
+
+def drive(boot: str) -> dict:
+    """Claim -> submit(completed) through the service layer until nothing is left."""
+    from workcenter import services
+
+    return timed_loop(
+        lambda: services.action_claim(owner_boot_id=boot, lease_ms=LONG_LEASE_MS),
+        lambda c: services.run_submit(run_id=c.run.pk, owner_boot_id=boot, lease_epoch=c.run.lease_epoch,
+                                      result=RESULT),
+        unfinished_graph_items,
+    )
 
 
 def worker_main(idx: int, ready_q, start_evt, result_q) -> None:
