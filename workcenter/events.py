@@ -80,15 +80,20 @@ def event_append(
     actor: str = "system",
     now,
     cur=None,
+    writes=None,
 ) -> Event:
     """Write one Event row in the current transaction and schedule its publication after commit.
 
     One fixed INSERT (the ORM's statement compilation costs more than the insert); on
     PostgreSQL the same statement takes the event-order lock before the id is drawn.
     `cur`: the caller's hot cursor (`services.common.hot_cursor`), if it holds one.
+    `writes`: the caller's write batch (`services.common.Writes`): the insert joins it and the
+    event's id is set when the batch is flushed, before the commit publishes it.
     """
     from .services.common import adapters, db_values, hot_cursor, hot_execute, new_instance  # services import this module
 
+    if writes is not None:
+        cur = writes.cur
     if cur is None:
         with hot_cursor() as cur:
             return event_append(work_item_id=work_item_id, type=type, data=data, action_id=action_id,
@@ -103,10 +108,12 @@ def event_append(
     d = event.__dict__
     params = db_values(_EVENT_ADAPTERS, [d[f.attname] for f in _EVENT_FIELDS], conn.ops)
     if conn.vendor == "postgresql":
-        hot_execute(cur, _event_insert_sql(conn), params + [_EVENT_ORDER_LOCK])
+        params.append(_EVENT_ORDER_LOCK)
+    if writes is not None:
+        writes.add(_event_insert_sql(conn), params, returning='"id"', on_result=lambda v: setattr(event, "id", v))
     else:
-        hot_execute(cur, _event_insert_sql(conn), params)
-    event.id = cur.fetchone()[0]
+        hot_execute(cur, _event_insert_sql(conn) + ' RETURNING "id"', params)
+        event.id = cur.fetchone()[0]
     publish_on_commit(event)
     return event
 
@@ -127,9 +134,9 @@ def _event_insert_sql(conn=connection) -> str:
             # lock is held when the id is drawn; casts because SELECT outputs carry no column type.
             casts = {"data": "::jsonb", "created_at": "::timestamptz"}
             values = ", ".join("%s" + casts.get(f.attname, "") for f in _EVENT_FIELDS)
-            sql = f'INSERT INTO {table} ({cols}) SELECT {values} FROM pg_advisory_xact_lock_shared(%s) RETURNING "id"'
+            sql = f'INSERT INTO {table} ({cols}) SELECT {values} FROM pg_advisory_xact_lock_shared(%s)'
         else:
-            sql = f'INSERT INTO {table} ({cols}) VALUES ({", ".join(["%s"] * len(_EVENT_FIELDS))}) RETURNING "id"'
+            sql = f'INSERT INTO {table} ({cols}) VALUES ({", ".join(["%s"] * len(_EVENT_FIELDS))})'
         _EVENT_SQL[conn.vendor] = sql
     return sql
 

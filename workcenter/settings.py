@@ -90,6 +90,15 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
 
     _db["TEST"] = {"NAME": os.environ.get("WORKCENTER_TEST_SQLITE")
                    or os.path.join(tempfile.gettempdir(), f"workcenter-test-{os.getpid()}.sqlite3")}
+elif _db["ENGINE"] == "django.db.backends.postgresql":
+    # Django connects with prepare_threshold=None (never prepare). The store's hot path runs
+    # fixed statements on server-side-binding cursors (services/common.py hot_cursor): prepared
+    # after 2 executions on a connection, each is parsed and planned once instead of per call,
+    # which halves its server time. The ORM's client-side-binding cursors are not prepared.
+    # Set WORKCENTER_PG_PREPARE_THRESHOLD=off behind a transaction-pooling proxy (pgbouncer <
+    # 1.21), which cannot keep prepared statements per client.
+    _threshold = os.environ.get("WORKCENTER_PG_PREPARE_THRESHOLD", "2").strip().lower()
+    _db.setdefault("OPTIONS", {})["prepare_threshold"] = None if _threshold in ("off", "none", "") else int(_threshold)
 DATABASES = {"default": _db}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

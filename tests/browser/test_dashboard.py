@@ -183,7 +183,8 @@ def test_retry_through_the_ui_previews_outlines_and_resets_exactly_those_nodes(p
     # Escape closes without retrying and clears the outline
     page.keyboard.press("Escape")
     page.wait_for_selector("#retry-dialog", state="hidden")
-    assert page.locator("#graph g.node.outlined").count() == 0
+    # (the dialog's close event, which clears the outline, is dispatched after it hides)
+    page.wait_for_function("document.querySelectorAll('#graph g.node.outlined').length === 0", timeout=2000)
     assert store.item(item.pk).status == "needs_attention"
     # confirm for real
     page.click("#btn-retry")

@@ -51,7 +51,8 @@ def action_claim(
     workspace with an advisory try-lock, so claimers never wait on each other and claims in
     different workspaces never serialise; on SQLite the IMMEDIATE transaction serialises the
     whole claim. The hot path is a few fixed SQL statements (common.RowSpec): one candidate
-    read over the partial index of claimable actions, two guarded updates, the run and the event.
+    read over the partial index of claimable actions, then one batch (`common.Writes`: a single
+    statement on PostgreSQL) of two guarded updates, the run and the event.
     """
     if not isinstance(owner_boot_id, str) or not owner_boot_id.strip():
         raise InvalidInput("owner_boot_id is required", fields=["owner_boot_id"])
@@ -97,47 +98,43 @@ def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms
 
     run_id = new_id()
     epoch, attempt = action.lease_epoch + 1, action.attempt + 1
-    # nothing is written yet: a lost guard means "not this candidate"
-    n = common.raw_update(
-        cur, Action, action.pk,
-        {"status": ActionStatus.RUNNING, "attempt": attempt, "lease_epoch": epoch, "current_run_id": run_id,
-         "updated_at": now, "claimable": False},
-        '"status" = %s AND "current_run_id" IS NULL AND "lease_epoch" = %s', [ActionStatus.READY, action.lease_epoch],
-    )
-    if n != 1:
-        return None
-    fault_point("after_claim_update")
+    # The write set goes as one batch (one statement on PostgreSQL). The candidate read locked the
+    # action and item rows (PostgreSQL) or the transaction holds the write lock (SQLite), so the
+    # guards below cannot fail unless the store is inconsistent: a miss rolls the claim back.
+    w = common.Writes(cur)
+    w.update(Action, action.pk,
+             {"status": ActionStatus.RUNNING, "attempt": attempt, "lease_epoch": epoch, "current_run_id": run_id,
+              "updated_at": now, "claimable": False},
+             '"status" = %s AND "current_run_id" IS NULL AND "lease_epoch" = %s', [ActionStatus.READY, action.lease_epoch])
     if graph:
-        common.guarded_raw_update(
-            cur, WorkItem, item.pk,
-            {"status": WorkItemStatus.RUNNING, "current_action_id": action.pk, "current_run_id": None, "updated_at": now},
-            '"status" IN (%s, %s)', [WorkItemStatus.READY, WorkItemStatus.RUNNING],
-        )
+        w.update(WorkItem, item.pk,
+                 {"status": WorkItemStatus.RUNNING, "current_action_id": action.pk, "current_run_id": None, "updated_at": now},
+                 '"status" IN (%s, %s)', [WorkItemStatus.READY, WorkItemStatus.RUNNING])
         item.current_run_id = None
     else:
-        common.guarded_raw_update(
-            cur, WorkItem, item.pk,
-            {"status": WorkItemStatus.RUNNING, "current_run_id": run_id, "updated_at": now},
-            '"status" = %s AND "current_action_id" = %s AND "current_run_id" IS NULL',
-            [WorkItemStatus.READY, action.pk],
-        )
+        w.update(WorkItem, item.pk, {"status": WorkItemStatus.RUNNING, "current_run_id": run_id, "updated_at": now},
+                 '"status" = %s AND "current_action_id" = %s AND "current_run_id" IS NULL',
+                 [WorkItemStatus.READY, action.pk])
         item.current_run_id = run_id
     item.status = WorkItemStatus.RUNNING
     item.current_action_id = action.pk
     item.updated_at = now
-    run = _insert_run(cur, run_id, action, item, owner_boot_id, epoch, now, common.lease_expiry(now, lease_ms))
+    run = _insert_run(w, run_id, action, item, owner_boot_id, epoch, now, common.lease_expiry(now, lease_ms))
     action.status, action.attempt, action.lease_epoch = ActionStatus.RUNNING, attempt, epoch
     action.current_run_id, action.updated_at, action.claimable = run_id, now, False
     event_append(work_item_id=item.pk, type="run.claimed",
                  data={"owner_boot_id": owner_boot_id, "lease_epoch": epoch},
-                 action_id=action.pk, run_id=run_id, actor=actor, now=now, cur=cur)
+                 action_id=action.pk, run_id=run_id, actor=actor, now=now, writes=w)
+    w.flush()
+    fault_point("after_claim_update")
     return Claim(work_item=item, action=action, run=run)
 
 
-def _insert_run(cur, run_id: str, action: Action, item: WorkItem, owner_boot_id: str, epoch: int,
+def _insert_run(writes: common.Writes, run_id: str, action: Action, item: WorkItem, owner_boot_id: str, epoch: int,
                 now: datetime, expires: datetime) -> Run:
-    """The new run (DOMAIN §5.6 step 3); progress_revision continues from the action's earlier runs."""
-    conn = cur.db
+    """The new run (DOMAIN §5.6 step 3), added to `writes`; progress_revision continues from the
+    action's earlier runs (set when the batch is flushed)."""
+    conn = writes.cur.db
     run = common.new_instance(Run, conn.alias, {
         "id": run_id, "action_id": action.pk, "work_item_id": item.pk, "owner_boot_id": owner_boot_id,
         "lease_epoch": epoch, "status": RunStatus.RUNNING, "started_at": now, "expires_at": expires, "evidence": []})
@@ -147,14 +144,12 @@ def _insert_run(cur, run_id: str, action: Action, item: WorkItem, owner_boot_id:
         table = conn.ops.quote_name(Run._meta.db_table)
         cols = ", ".join(conn.ops.quote_name(f.column) for f in _RUN_INSERT_FIELDS)
         sql = (f'INSERT INTO {table} ({cols}, "progress_revision") VALUES ({", ".join(["%s"] * len(_RUN_INSERT_FIELDS))}, '
-               f'(SELECT COALESCE(MAX("progress_revision"), 0) + 1 FROM {table} WHERE "action_id" = %s)) '
-               f'RETURNING "progress_revision"')
+               f'(SELECT COALESCE(MAX("progress_revision"), 0) + 1 FROM {table} WHERE "action_id" = %s))')
         common._SQL[key] = sql
     d = run.__dict__
     params = common.db_values(_RUN_INSERT_ADAPTERS, [d[f.attname] for f in _RUN_INSERT_FIELDS], conn.ops)
     params.append(action.pk)
-    common.hot_execute(cur, sql, params)
-    run.progress_revision = cur.fetchone()[0]
+    writes.add(sql, params, returning='"progress_revision"', on_result=lambda v: setattr(run, "progress_revision", v))
     return run
 
 

@@ -165,29 +165,17 @@ def load_lease(run_id: str, owner_boot_id: str, lease_epoch: int, now: datetime,
 
 
 def lease_rows(run_id: str, cur=None) -> tuple[Run | None, Action | None, WorkItem | None]:
-    """The run, its action and its item (full rows), the item locked first (PostgreSQL).
+    """The run, its action and its item (full rows) in one joined read.
 
-    SQLite: one joined SELECT (the IMMEDIATE transaction already serialises writers).
-    PostgreSQL: the item row is locked first (the locking order of every service), then run and
-    action are read in a second statement, so they are read after the lock was granted.
+    SQLite: the IMMEDIATE transaction already serialises writers. PostgreSQL: the read locks the
+    three rows, the item first (the locking order of every service); rows that changed while a
+    lock was awaited are returned as committed (see the "lease_all" statement).
     `cur`: the caller's hot cursor, if it has one.
     """
     if cur is None:
         with hot_cursor() as cur:
             return lease_rows(run_id, cur)
     conn = cur.db
-    if conn.vendor == "postgresql":
-        hot_execute(cur, _sql("lease_item_pg", conn), [run_id])
-        row = cur.fetchone()
-        if row is None:
-            return None, None, None
-        (item,) = ITEM_ROW.build_many([row], conn)
-        hot_execute(cur, _sql("lease_run_action_pg", conn), [run_id])
-        row = cur.fetchone()
-        if row is None:
-            return None, None, item
-        n = len(RUN_ROW.fields)
-        return RUN_ROW.build_many([row[:n]], conn)[0], ACTION_ROW.build_many([row[n:]], conn)[0], item
     hot_execute(cur, _sql("lease_all", conn), [run_id])
     row = cur.fetchone()
     if row is None:
@@ -268,8 +256,10 @@ def graph_status(actions: list[Action]) -> tuple[str, str | None]:
     return WorkItemStatus.DONE, None
 
 
-def sync_claimable(item: WorkItem, actions: list[Action] | None = None) -> None:
-    """Recompute the derived `claimable` flag of the item's actions (DOMAIN §5.1-§5.3)."""
+def sync_claimable(item: WorkItem, actions: list[Action] | None = None, writes: "Writes | None" = None) -> None:
+    """Recompute the derived `claimable` flag of the item's actions (DOMAIN §5.1-§5.3).
+
+    `writes`: the caller's batch (`Writes`) to add the flag updates to; without one they run now."""
     if actions is None:
         with connection.cursor() as cur:
             actions = graph_actions(cur, item.pk)
@@ -286,16 +276,23 @@ def sync_claimable(item: WorkItem, actions: list[Action] | None = None) -> None:
                 want.add(a.pk)
     have = {a.pk for a in actions if a.claimable}
     on, off = want - have, have - want
-    if on or off:
-        conn = connections[DEFAULT_DB_ALIAS]
-        table = conn.ops.quote_name(Action._meta.db_table)
-        with hot_cursor(conn) as cur:
-            for ids, flag in ((on, True), (off, False)):
-                if ids:  # primary-key order: the row locks of PostgreSQL are taken in one order
-                    hot_execute(cur, f'UPDATE {table} SET "claimable" = %s WHERE "id" IN ({", ".join(["%s"] * len(ids))})',
-                                [flag, *sorted(ids)])
+    if (on or off) and writes is None:
+        with hot_cursor() as cur:
+            writes = Writes(cur)
+            _add_flag_writes(writes, on, off)
+            writes.flush()
+    elif on or off:
+        _add_flag_writes(writes, on, off)
     for a in actions:
         a.claimable = a.pk in want
+
+
+def _add_flag_writes(writes: "Writes", on: set, off: set) -> None:
+    table = writes.cur.db.ops.quote_name(Action._meta.db_table)
+    for ids, flag in ((on, True), (off, False)):
+        if ids:  # primary-key order: the row locks of PostgreSQL are taken in one order
+            writes.add(f'UPDATE {table} SET "claimable" = %s WHERE "id" IN ({", ".join(["%s"] * len(ids))})',
+                       [flag, *sorted(ids)], expect=len(ids))
 
 
 def save_item_state(item: WorkItem, now: datetime, *, status: str, current_action_id, current_run_id=None,
@@ -776,12 +773,12 @@ def _statements() -> dict[str, str]:
                         f'OR (a."sequence" = %s AND a."created_at" > %s)))) {claim_order}{lock}'),
         "running_in_workspace": (f'SELECT a."workspace_mode", a."work_item_id" FROM {action} a JOIN {item} i '
                                  f'ON i."id" = a."work_item_id" WHERE a."status" = %s AND i."workspace_key" = %s'),
-        "lease_all": (f'SELECT {r_cols}, {a_cols}, {i_cols} FROM {run} r JOIN {action} a ON a."id" = r."action_id" '
-                      f'JOIN {item} i ON i."id" = r."work_item_id" WHERE r."id" = %s'),
-        "lease_item_pg": (f'SELECT {i_cols} FROM {item} i WHERE i."id" = '
-                          f'(SELECT "work_item_id" FROM {run} WHERE "id" = %s) FOR UPDATE OF i'),
-        "lease_run_action_pg": (f'SELECT {r_cols}, {a_cols} FROM {run} r JOIN {action} a ON a."id" = r."action_id" '
-                                f'WHERE r."id" = %s FOR UPDATE OF r, a'),
+        # PostgreSQL locks the rows in the order the OF list names them: the item first, the
+        # locking order of every service. A row that changed while the lock was awaited is
+        # returned as committed (the lock re-reads every locked row), so all three are current.
+        "lease_all": (f'SELECT {r_cols}, {a_cols}, {i_cols} FROM {item} i JOIN {run} r ON r."work_item_id" = i."id" '
+                      f'JOIN {action} a ON a."id" = r."action_id" WHERE r."id" = %s'
+                      + (" FOR UPDATE OF i, r, a" if is_postgres() else "")),
         "graph_actions": (f'SELECT {GRAPH_ACTION_ROW.columns()} FROM {action} a WHERE a."work_item_id" = %s '
                           f'ORDER BY a."sequence"'),
     }
@@ -848,13 +845,12 @@ def db_values(adapts: list, values: Iterable, ops) -> list:
     return out
 
 
-def raw_update(cur, model, pk: str, values: dict, where: str = "", params: Iterable = ()) -> int:
-    """`UPDATE … SET values WHERE pk = … [AND where]`; returns the row count.
+def update_sql(conn, model, pk: str, values: dict, where: str = "", params: Iterable = ()) -> tuple[str, list]:
+    """`UPDATE … SET values WHERE pk = … [AND where]` and its arguments.
 
     `values` maps attribute names to Python values (adapted by their fields); `where` is SQL over
     quoted column names with `%s` placeholders for `params`.
     """
-    conn = cur.db  # the cursor's connection wrapper: no proxy lookups
     key = (conn.vendor, model, tuple(values), where)
     cached = _SQL.get(key)
     if cached is None:
@@ -867,7 +863,12 @@ def raw_update(cur, model, pk: str, values: dict, where: str = "", params: Itera
     args = db_values(adapts, values.values(), conn.ops)
     args.append(pk)
     args.extend(params)
-    hot_execute(cur, sql, args)
+    return sql, args
+
+
+def raw_update(cur, model, pk: str, values: dict, where: str = "", params: Iterable = ()) -> int:
+    """`update_sql` executed now; returns the row count."""
+    hot_execute(cur, *update_sql(cur.db, model, pk, values, where, params))
     return cur.rowcount
 
 
@@ -877,23 +878,117 @@ def guarded_raw_update(cur, model, pk: str, values: dict, where: str = "", param
         raise FenceLost("stale Run: a guarded update lost its fence; nothing was changed")
 
 
+class Writes:
+    """The writes of one step of a service, each with the row count it must have.
+
+    SQLite runs each write when it is added. PostgreSQL sends them all at `flush()` as one
+    statement of data-modifying CTEs (one round trip instead of one per write) and checks every
+    row count from its result. Either way a write that misses its count raises FenceLost, which
+    rolls the whole transaction back: a fence is a guarded write with a row-count check
+    (DOMAIN §2.7, §6). The writes of one batch must touch different rows: in one PostgreSQL
+    statement they all see the rows as they were before it.
+
+    `flush(tail=...)` may end with one read (SQL without placeholders after its FROM, or with
+    `tail_params`): on PostgreSQL it runs in the same statement and therefore sees the rows
+    *before* the batch's writes; the caller patches what it wrote.
+    """
+
+    __slots__ = ("cur", "pg", "pending")
+
+    def __init__(self, cur):
+        self.cur = cur
+        self.pg = cur.db.vendor == "postgresql"
+        self.pending: list = []
+
+    def update(self, model, pk: str, values: dict, where: str = "", params: Iterable = ()) -> None:
+        """A guarded update of one row (`update_sql`): it must hit exactly that row."""
+        sql, args = update_sql(self.cur.db, model, pk, values, where, params)
+        self.add(sql, args)
+
+    def add(self, sql: str, params: list, *, expect: int = 1, returning: str | None = None, on_result=None) -> None:
+        """`sql` (an UPDATE or INSERT without RETURNING) must hit `expect` rows; with `returning`
+        (a column) `on_result` receives its value from the one row written."""
+        if not self.pg:
+            if returning is not None:
+                hot_execute(self.cur, f"{sql} RETURNING {returning}", params)
+                row = self.cur.fetchone()
+                if row is None:
+                    raise FenceLost("stale Run: a guarded write lost its fence; nothing was changed")
+                on_result(row[0])
+            else:
+                hot_execute(self.cur, sql, params)
+                if self.cur.rowcount != expect:
+                    raise FenceLost("stale Run: a guarded update lost its fence; nothing was changed")
+            return
+        self.pending.append((sql, params, expect, returning, on_result))
+
+    def flush(self, tail: str | None = None, tail_params: Iterable = ()) -> list[tuple]:
+        """Send what is pending (PostgreSQL) and run `tail`; returns the tail's rows."""
+        cur, pending = self.cur, self.pending
+        if not pending:
+            if tail is None:
+                return []
+            hot_execute(cur, tail, list(tail_params))
+            return cur.fetchall()
+        self.pending = []
+        key = ("writes", tuple((p[0], p[3]) for p in pending), tail)
+        sql = _SQL.get(key)
+        if sql is None:
+            ctes = ", ".join(f"w{i} AS ({p[0]} RETURNING {p[3] or 1})" for i, p in enumerate(pending))
+            cols = ", ".join(f"(SELECT count(*) FROM w{i})" + (f", (SELECT {p[3]} FROM w{i} LIMIT 1)" if p[3] else "")
+                             for i, p in enumerate(pending))
+            sql = f"WITH {ctes} SELECT {cols}"
+            if tail is not None:
+                sql += f", t.* FROM (SELECT 1) AS one LEFT JOIN ({tail}) AS t ON true"
+            _SQL[key] = sql
+        args: list = []
+        for p in pending:
+            args.extend(p[1])
+        args.extend(tail_params)
+        hot_execute(cur, sql, args)
+        rows = cur.fetchall()
+        head, k = rows[0], 0
+        for _sql, _params, expect, returning, on_result in pending:
+            if head[k] != expect:
+                raise FenceLost("stale Run: a guarded write lost its fence; nothing was changed")
+            k += 1
+            if returning:
+                on_result(head[k])
+                k += 1
+        if tail is None:
+            return []
+        return [row[k:] for row in rows if row[k] is not None]
+
+
 def graph_actions(cur, item_id: str) -> list[Action]:
     """The item's actions as graph refresh and `sync_claimable` read them, by sequence."""
     hot_execute(cur, _sql("graph_actions", cur.db), [item_id])
     return GRAPH_ACTION_ROW.build_many(cur.fetchall(), cur.db)
 
 
-def graph_refresh_locked(cur, item: WorkItem, now: datetime, *, where: str, params: Iterable) -> list[Action]:
-    """Graph refresh (DOMAIN §7.6) and the claimable flags from one read of the item's actions.
+def flush_reading_graph(writes: Writes, item_id: str) -> list[Action]:
+    """`writes.flush()` that also reads the item's actions as `graph_actions` does (one round trip
+    on PostgreSQL). On PostgreSQL the read sees the actions as they were before the batch's
+    writes, on SQLite after them: callers patch the rows they wrote."""
+    conn = writes.cur.db
+    rows = writes.flush(_sql("graph_actions", conn), [item_id])
+    actions = GRAPH_ACTION_ROW.build_many(rows, conn)
+    actions.sort(key=lambda a: a.sequence)
+    return actions
+
+
+def graph_refresh_locked(writes: Writes, item: WorkItem, actions: list[Action], now: datetime, *, where: str,
+                         params: Iterable) -> list[Action]:
+    """Graph refresh (DOMAIN §7.6) and the claimable flags from one read of the item's actions,
+    added to `writes`.
 
     The item's write is a guarded update (`where` over the item row); flags are written only for
     actions whose flag changes.
     """
-    actions = graph_actions(cur, item.pk)
     status, current = graph_status(actions)
     values = {"status": status, "current_action_id": current, "current_run_id": None, "updated_at": now}
-    guarded_raw_update(cur, WorkItem, item.pk, values, where, params)
+    writes.update(WorkItem, item.pk, values, where, params)
     for k, v in values.items():
         setattr(item, k, v)
-    sync_claimable(item, actions)
+    sync_claimable(item, actions, writes)
     return actions

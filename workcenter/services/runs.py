@@ -135,11 +135,10 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
             "progress_revision": run.progress_revision + 1,
         }
         run_values.update({f: sub[f] for f in normalize.COUNTER_FIELDS})
-        common.guarded_raw_update(cur, Run, run.pk, run_values, '"status" = %s AND "lease_epoch" = %s',
-                                  [RunStatus.RUNNING, lease_epoch])
+        w = common.Writes(cur)  # one statement per batch on PostgreSQL
+        w.update(Run, run.pk, run_values, '"status" = %s AND "lease_epoch" = %s', [RunStatus.RUNNING, lease_epoch])
         for k, v in run_values.items():
             setattr(run, k, v)
-        fault_point("after_run_update")
 
         # 4-5. contract patch and new snapshot
         item_fields = []
@@ -169,10 +168,8 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
             a_status = ActionStatus.READY if _retry_state(action) else ActionStatus.FAILED
         else:
             a_status = ActionStatus.FAILED
-        common.guarded_raw_update(
-            cur, Action, action.pk, {"status": a_status, "current_run_id": None, "updated_at": now, "claimable": False},
-            '"status" = %s AND "current_run_id" = %s', [ActionStatus.RUNNING, run.pk],
-        )
+        w.update(Action, action.pk, {"status": a_status, "current_run_id": None, "updated_at": now, "claimable": False},
+                 '"status" = %s AND "current_run_id" = %s', [ActionStatus.RUNNING, run.pk])
         action.status, action.current_run_id, action.updated_at, action.claimable = a_status, None, now, False
 
         event_type, data = _event_for(outcome, action, run, sub, mode_after)
@@ -182,11 +179,30 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
         else:
             guard_sql = '"status" = %s AND "current_action_id" = %s AND "current_run_id" = %s'
             guard_params = [WorkItemStatus.RUNNING, action.pk, run.pk]
-        if mode_after == "graph":
+        followups = event_type == "action.completed" and (
+            new_snapshot is not None or (action.type == "review" and sub["review_decision"] == "changes_requested"))
+        if mode_after == "graph" and not followups:
+            # the common case, no follow-up actions: the batch also reads the item's actions (as
+            # they were before it on PostgreSQL: the submitted one is patched) for the status and
+            # the claimable flags, and the item, flag and event writes go as a second batch
+            actions = common.flush_reading_graph(w, item.pk)
+            fault_point("after_run_update")
+            for a in actions:
+                if a.pk == action.pk:
+                    a.status, a.current_run_id, a.claimable = a_status, None, False
+            if event_type == "action.completed":
+                data = {"next_action_count": 0, "review_decision": sub["review_decision"]}
+            common.graph_refresh_locked(w, item, actions, now, where=guard_sql, params=guard_params)
+        elif mode_after == "graph":
+            w.flush()
+            fault_point("after_run_update")
             event_type, data = _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now)
             # one read of the actions for the status and the claimable flags
-            common.graph_refresh_locked(cur, item, now, where=guard_sql, params=guard_params)
+            common.graph_refresh_locked(w, item, common.graph_actions(cur, item.pk), now, where=guard_sql,
+                                        params=guard_params)
         else:
+            w.flush()
+            fault_point("after_run_update")
             if mode_before == "graph":
                 item_guard = WorkItem.objects.filter(pk=item.pk, status__in=common.RUNNING_ITEM_OK)
             else:
@@ -201,7 +217,8 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
             common.sync_claimable(item)
         fault_point("before_event")
         event_append(work_item_id=item.pk, type=event_type, data=data, action_id=action.pk, run_id=run.pk,
-                     actor=actor, now=now, cur=cur)
+                     actor=actor, now=now, writes=w)
+        w.flush()
         return run, action, item
 
 

@@ -47,22 +47,64 @@ def test_partial_row_defers_the_other_columns(store):
 def test_claim_and_submit_use_a_bounded_number_of_statements(store):
     # given a graph item a -> b
     make_graph(store, [{"id": "a"}, {"id": "b", "deps": ["a"]}])
-    lease_reads = 2 if connection.vendor == "postgresql" else 1
-    # when a claim runs: candidate, action update, item update, run insert, event insert
+    # when a claim runs: candidate, then action update, item update, run insert, event insert
     with CaptureQueriesContext(connection) as claim_q:
         c = store.claim()
-    # and its submit: lease read(s), run, action, actions read, item, flag update, event
+    # and its submit: lease read, run and action updates with the actions read, then item, flag
+    # update and event
     with CaptureQueriesContext(connection) as submit_q:
         store.submit(c, completed())
     # then (transaction control aside: BEGIN/COMMIT, or savepoints inside the test's transaction)
-    # the statement counts stay fixed
+    # the statement counts stay fixed; PostgreSQL sends each batch of writes as one statement
     def statements(q):
         control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")
         return [x["sql"] for x in q.captured_queries if x["sql"].split()[0].upper() not in control]
 
-    assert len(statements(claim_q)) == 5, statements(claim_q)
-    assert len(statements(submit_q)) == lease_reads + 6, statements(submit_q)
+    if connection.vendor == "postgresql":
+        assert len(statements(claim_q)) == 2, statements(claim_q)
+        assert len(statements(submit_q)) == 3, statements(submit_q)
+    else:
+        assert len(statements(claim_q)) == 5, statements(claim_q)
+        assert len(statements(submit_q)) == 7, statements(submit_q)
     assert Action.objects.get(stage_id="b").claimable is True
+
+
+def test_a_write_batch_that_misses_a_guard_writes_nothing(store):
+    from django.db import transaction
+
+    from workcenter.errors import FenceLost
+
+    # given two ready actions
+    item = make_graph(store, [{"id": "a"}, {"id": "b"}])
+    a, b = Action.objects.filter(work_item_id=item.pk).order_by("stage_id")
+    before = list(Action.objects.order_by("pk").values_list("pk", "status", "attempt"))
+    # when one batch updates the first (its guard holds) and the second with a guard that misses
+    with pytest.raises(FenceLost), transaction.atomic(), common.hot_cursor() as cur:
+        w = common.Writes(cur)
+        w.update(Action, a.pk, {"attempt": 7}, '"status" = %s', ["ready"])
+        w.update(Action, b.pk, {"attempt": 7}, '"status" = %s', ["running"])
+        w.flush()
+    # then FenceLost rolled both back
+    assert list(Action.objects.order_by("pk").values_list("pk", "status", "attempt")) == before
+    # and a batch whose guards hold writes both and hands back a returned column
+    got = {}
+    with transaction.atomic(), common.hot_cursor() as cur:
+        w = common.Writes(cur)
+        table = Action._meta.db_table
+        w.add(f'UPDATE "{table}" SET "attempt" = 3 WHERE "id" = %s', [a.pk], returning='"attempt"',
+              on_result=lambda v: got.setdefault("a", v))
+        w.add(f'UPDATE "{table}" SET "attempt" = 4 WHERE "work_item_id" = %s AND "id" <> %s', [item.pk, a.pk])
+        w.flush()
+    assert got == {"a": 3}
+    assert dict(Action.objects.values_list("stage_id", "attempt")) == {"a": 3, "b": 4}
+
+
+def test_hot_statements_are_prepared_on_postgresql(db):
+    # PostgreSQL parses and plans each fixed statement once per connection (settings.py)
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite keeps its own statement cache")
+    connection.ensure_connection()
+    assert connection.connection.prepare_threshold == 2
 
 
 def test_action_claim_walks_past_blocked_candidates_in_claim_order(store, tmp_path):
@@ -186,6 +228,64 @@ def test_stream_reads_wait_for_every_drawn_event_id_while_writers_never_wait(clo
     # then the page holds both ids, in order, with no hole
     assert pages["read"] == [ids["first"], ids["second"]]
     assert list(Event.objects.order_by("id").values_list("type", flat=True)) == ["test.first", "test.second"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_lease_read_waits_for_the_item_and_returns_the_rows_as_committed(clock):
+    """PostgreSQL: the one-statement lease read locks item, run and action, the item first; when
+    it had to wait, the rows it returns are those the other transaction committed."""
+    import threading
+    import time
+
+    from django.db import connections, transaction
+
+    from tests.conftest import Store
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's (SQLite serialises writers)")
+    # given a claimed run, and a transaction holding its item that interrupts the run
+    store = Store(clock)
+    make_graph(store, [{"id": "a"}])
+    c = store.claim()
+    locked, go, got = threading.Event(), threading.Event(), {}
+
+    def holder():
+        try:
+            with transaction.atomic():
+                common.lock_item(c.work_item.pk)
+                locked.set()
+                go.wait(20)
+                Run.objects.filter(pk=c.run.pk).update(status="interrupted")
+                Action.objects.filter(pk=c.action.pk).update(status="ready", current_run_id=None)
+        finally:
+            connections.close_all()
+
+    def reader():
+        try:
+            with transaction.atomic():
+                run, action, item = common.lease_rows(c.run.pk)
+                got["rows"] = (run.status, action.status, action.current_run_id, item.pk)
+        finally:
+            connections.close_all()
+
+    t1 = threading.Thread(target=holder)
+    t1.start()
+    assert locked.wait(20)
+    # when the lease read starts meanwhile
+    t2 = threading.Thread(target=reader)
+    t2.start()
+    time.sleep(0.3)
+    # then it waits for the item, holding neither the run nor the action (the item comes first)
+    assert t2.is_alive() and "rows" not in got
+    with transaction.atomic():
+        assert Run.objects.select_for_update(nowait=True).filter(pk=c.run.pk).exists()
+        assert Action.objects.select_for_update(nowait=True).filter(pk=c.action.pk).exists()
+    # and once the holder has changed run and action and committed, it returns them as committed
+    go.set()
+    t1.join(20)
+    t2.join(20)
+    assert got["rows"] == ("interrupted", "ready", None, c.work_item.pk)
 
 
 def test_json_columns_decode_as_the_orm_decodes_them(store):
