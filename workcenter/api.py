@@ -15,7 +15,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.responses import Status
 
-from . import selectors, services
+from . import render, selectors, services
 from .auth import CHANGE, DEFINE_WORKFLOWS, RUN_ACTIONS, VIEW, actor_of, api_auth
 from .errors import InvalidInput, StaleRun, WorkcenterError
 from .schemas import (
@@ -199,6 +199,11 @@ def _detail(item_id: str) -> DetailView:
     return DetailView(selectors.work_item_detail(item_id))
 
 
+def _detail_response(item_id: str, status: int = 200) -> HttpResponse:
+    """WorkItemDetail rendered from the store's rows (workcenter/render.py: no re-validation)."""
+    return render.response(WorkItemDetailOut, _detail(item_id), status)
+
+
 @items.get("/work-items", response={200: WorkItemListOut, **ERRORS}, auth=api_auth(VIEW))
 def work_item_list(request, filters: Query[WorkItemListQuery]):
     """Items newest `updated_at` first; `count` counts every match, not just this page."""
@@ -217,12 +222,12 @@ def work_item_create(request, payload: CreateWorkItemIn):
         title=payload.title, goal=payload.goal, start=payload.start, reuse_memory=payload.reuse_memory,
         trusted=request.auth.has_perm(DEFINE_WORKFLOWS), actor=actor_of(request), **kwargs,
     )
-    return Status(201, _detail(item.pk))
+    return _detail_response(item.pk, 201)
 
 
 @items.get("/work-items/{item_id}", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(VIEW))
 def work_item_get(request, item_id: str):
-    return _detail(item_id)
+    return _detail_response(item_id)
 
 
 @items.patch("/work-items/{item_id}", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
@@ -232,19 +237,19 @@ def work_item_update(request, item_id: str, payload: UpdateWorkItemIn):
     expected = patch.pop("expected_revision", None)
     item = services.work_item_update(item_id=item_id, patch=patch, expected_revision=expected,
                                      actor=actor_of(request))
-    return _detail(item.pk)
+    return _detail_response(item.pk)
 
 
 @items.post("/work-items/{item_id}/start", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
 def work_item_start(request, item_id: str):
     item = services.work_item_start(item_id=item_id, actor=actor_of(request))
-    return _detail(item.pk)
+    return _detail_response(item.pk)
 
 
 @items.post("/work-items/{item_id}/cancel", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
 def work_item_cancel(request, item_id: str):
     item = services.work_item_cancel(item_id=item_id, actor=actor_of(request))
-    return _detail(item.pk)
+    return _detail_response(item.pk)
 
 
 @items.post("/work-items/{item_id}/retry", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
@@ -252,7 +257,7 @@ def work_item_retry(request, item_id: str, payload: RetryIn = None):
     """Resume a waiting (with `answer`) or needs_attention item (DOMAIN §8.6)."""
     item = services.work_item_retry(item_id=item_id, answer=payload.answer if payload else None,
                                     actor=actor_of(request))
-    return _detail(item.pk)
+    return _detail_response(item.pk)
 
 
 @items.get("/work-items/{item_id}/retry-preview", response={200: RetryPreviewOut, **ITEM_ERRORS},
@@ -268,7 +273,7 @@ def work_item_guide(request, item_id: str, payload: GuidanceIn):
     """Restart the current action with the user's guidance (DOMAIN §8.5)."""
     item = services.work_item_guide(item_id=item_id, guidance=payload.guidance, action_id=payload.action_id,
                                     revision=payload.revision, actor=actor_of(request))
-    return _detail(item.pk)
+    return _detail_response(item.pk)
 
 
 @items.get("/work-items/{item_id}/graph", response={200: GraphOut, **ITEM_ERRORS}, auth=api_auth(VIEW))
@@ -317,13 +322,13 @@ def action_claim(request, payload: ClaimIn):
     if claim is None:
         return Status(204, None)
     detail = _detail(claim.work_item.pk)
-    return Status(201, {
+    return render.response(ClaimOut, {
         "work_item": detail,
         "action": detail.action(claim.action.pk),
         "run": claim.run,
         "dependencies": selectors.claim_dependencies(claim.action, claim.work_item, actions=detail.actions,
                                                      runs=detail.runs),
-    })
+    }, 201)
 
 
 @worker.post("/runs/{run_id}/renew", response={200: RenewOut, **WORKER_ERRORS})
@@ -353,7 +358,7 @@ def run_submit(request, run_id: str, payload: SubmitIn):
     run, action, item = services.run_submit(run_id=run_id, owner_boot_id=payload.owner_boot_id,
                                             lease_epoch=payload.lease_epoch, result=result)
     detail = _detail(item.pk)
-    return {"run": run, "action": detail.action(action.pk), "work_item": detail}
+    return render.response(SubmitOut, {"run": run, "action": detail.action(action.pk), "work_item": detail})
 
 
 @worker.post("/runs/{run_id}/interrupt", response={200: InterruptOut, **WORKER_ERRORS})

@@ -1,0 +1,107 @@
+"""workcenter/render.py renders exactly what ninja's validated rendering of the same schema gives."""
+import json
+
+import pytest
+from ninja.responses import NinjaJSONEncoder
+from pydantic import BaseModel
+
+from tests.conftest import completed, make_graph
+from workcenter import render, selectors, services
+from workcenter.schemas import (
+    ActionOut,
+    ClaimOut,
+    DetailView,
+    EventOut,
+    ExecutionStatsOut,
+    RunOut,
+    SubmitOut,
+    WorkItemDetailOut,
+)
+
+
+def ninja_json(schema, obj):
+    """What ninja sends for `obj` under `schema`: validated, dumped, encoded."""
+    return json.loads(json.dumps(schema.model_validate(obj).model_dump(), cls=NinjaJSONEncoder))
+
+
+def fast_json(schema, obj):
+    return json.loads(render.response(schema, obj).content)
+
+
+def _busy_item(store):
+    """A graph item with runs in every terminal kind, snapshots, counters, a waiting reason and
+    non-ASCII text: every field of the detail carries a value of its own."""
+    item = make_graph(store, [{"id": "a"}, {"id": "b", "deps": ["a"]}, {"id": "c", "deps": ["a"]},
+                              {"id": "d", "deps": ["b", "c"]}])
+    a = store.claim()
+    services.run_set_snapshots(run_id=a.run.pk, owner_boot_id=a.run.owner_boot_id, lease_epoch=a.run.lease_epoch,
+                               snapshots={"role_snapshot": {"id": "r", "n": [1, 2.5]}}, now=store.now())
+    services.run_progress(run_id=a.run.pk, owner_boot_id=a.run.owner_boot_id, lease_epoch=a.run.lease_epoch,
+                          progress={"response": "half way — ünïcode", "loop_count": 3, "input_tokens": 120,
+                                    "checkpoint": {"step": 2}}, now=store.now())
+    store.submit(a, completed(summary="a done ✓", evidence=["log.txt", {"k": "v"}], loop_count=3, input_tokens=120))
+    b = store.claim()
+    store.submit(b, {"outcome": "retryable", "error": "flaky"})
+    c = store.claim()
+    b2 = store.claim()
+    assert (c.action.stage_id, b2.action.stage_id) == ("c", "b")
+    store.submit(c, {"outcome": "waiting", "waiting_reason": "Which colour?"})
+    return item, b2
+
+
+@pytest.mark.parametrize("schema", [WorkItemDetailOut, ActionOut, RunOut, EventOut, ExecutionStatsOut])
+def test_every_output_schema_in_use_compiles(schema):
+    assert callable(render.compile_schema(schema))
+
+
+def test_detail_renders_as_ninja_renders_it(store):
+    item, _ = _busy_item(store)
+    view = DetailView(selectors.work_item_detail(item.pk))
+    assert len(view.runs) == 4 and len(view.events) >= 7
+    fast, slow = fast_json(WorkItemDetailOut, view), ninja_json(WorkItemDetailOut, view)
+    assert fast == slow
+    # and the values are the interesting ones, not empty defaults
+    assert any(r["role_snapshot"] == {"id": "r", "n": [1, 2.5]} for r in fast["runs"])
+    assert any(r["waiting_reason"] == "Which colour?" for r in fast["runs"])
+    assert fast["execution_stats"]["loop_count"] == 3 and fast["execution_mode"] == "graph"
+    assert all(a["execution_stats"] for a in fast["actions"])
+
+
+def test_claim_and_submit_bodies_render_as_ninja_renders_them(store):
+    item, claim = _busy_item(store)
+    view = DetailView(selectors.work_item_detail(item.pk))
+    body = {"work_item": view, "action": view.action(claim.action.pk), "run": claim.run,
+            "dependencies": selectors.claim_dependencies(claim.action, claim.work_item, actions=view.actions,
+                                                         runs=view.runs)}
+    assert body["dependencies"]
+    assert fast_json(ClaimOut, body) == ninja_json(ClaimOut, body)
+    run, action, got = store.submit(claim, completed())
+    view = DetailView(selectors.work_item_detail(got.pk))
+    body = {"run": run, "action": view.action(action.pk), "work_item": view}
+    assert fast_json(SubmitOut, body) == ninja_json(SubmitOut, body)
+
+
+def test_a_linear_item_renders_as_ninja_renders_it(store):
+    item = store.linear()
+    store.complete(store.claim())
+    view = DetailView(selectors.work_item_detail(item.pk))
+    assert fast_json(WorkItemDetailOut, view) == ninja_json(WorkItemDetailOut, view)
+
+
+def test_defaults_and_resolvers_follow_the_schema():
+    class Inner(BaseModel):
+        n: int = 7
+
+    class Outer(BaseModel):
+        a: str
+        b: list[Inner] = []
+        c: Inner | None = None
+
+        @staticmethod
+        def resolve_a(obj) -> str:
+            return obj["raw"].upper()
+
+    assert render.render(Outer, {"raw": "x", "b": [{}, {"n": 2}]}) == {"a": "X", "b": [{"n": 7}, {"n": 2}], "c": None}
+    # a required field that the object lacks is an error, not a silent null
+    with pytest.raises(AttributeError):
+        render.render(Inner.__class__("Req", (BaseModel,), {"__annotations__": {"x": int}}), {})
