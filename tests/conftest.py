@@ -13,6 +13,22 @@ from workcenter.services import workflows
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=timezone.utc)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _close_idle_test_connections(django_db_setup, django_db_blocker):
+    """Before the test database is dropped (PostgreSQL), end the idle sessions that threads of
+    this process still hold: the in-process servers' request threads, channels' database
+    threads and the publisher keep their connections (CONN_MAX_AGE) and cannot be closed from
+    here, and DROP DATABASE refuses while they exist."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cur:
+                cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle'")
+
+
 class Clock:
     """A movable clock passed to services as `now=`."""
 
