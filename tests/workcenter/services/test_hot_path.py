@@ -11,6 +11,23 @@ from workcenter.services import common
 from workcenter.services.hooks import inject_fault
 
 
+def _started(fn):
+    """`fn` on a thread of its own (its own database connection, closed when it returns)."""
+    import threading
+
+    from django.db import connections
+
+    def run():
+        try:
+            fn()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
 def _fields(obj):
     return {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields}
 
@@ -171,7 +188,7 @@ def test_stream_reads_wait_for_every_drawn_event_id_while_writers_never_wait(clo
     import threading
     import time
 
-    from django.db import connections, transaction
+    from django.db import transaction
 
     from workcenter import selectors
     from workcenter.events import event_append
@@ -185,38 +202,26 @@ def test_stream_reads_wait_for_every_drawn_event_id_while_writers_never_wait(clo
     ids, pages = {}, {}
 
     def first():
-        try:
-            with transaction.atomic():
-                ids["first"] = event_append(work_item_id=item.pk, type="test.first", now=now).id
-                inserted.set()
-                release.wait(20)
-        finally:
-            connections.close_all()
+        with transaction.atomic():
+            ids["first"] = event_append(work_item_id=item.pk, type="test.first", now=now).id
+            inserted.set()
+            release.wait(20)
 
     def second():
-        try:
-            with transaction.atomic():
-                ids["second"] = event_append(work_item_id=item.pk, type="test.second", now=now).id
-        finally:
-            connections.close_all()
+        with transaction.atomic():
+            ids["second"] = event_append(work_item_id=item.pk, type="test.second", now=now).id
 
     def reader():
-        try:
-            pages["read"] = [e.id for e in selectors.events_after(after_id=0)]
-        finally:
-            connections.close_all()
+        pages["read"] = [e.id for e in selectors.events_after(after_id=0)]
 
-    t1 = threading.Thread(target=first)
-    t1.start()
+    t1 = _started(first)
     assert inserted.wait(20)
     # when a second writer appends, it commits without waiting for the first
-    t2 = threading.Thread(target=second)
-    t2.start()
+    t2 = _started(second)
     t2.join(20)
     assert not t2.is_alive() and ids["second"] == ids["first"] + 1
     # and a stream read meanwhile waits for the open writer instead of returning [second]
-    t3 = threading.Thread(target=reader)
-    t3.start()
+    t3 = _started(reader)
     time.sleep(0.3)
     assert t3.is_alive() and "read" not in pages
     with connection.cursor() as cur:
@@ -238,7 +243,7 @@ def test_the_lease_read_waits_for_the_item_and_returns_the_rows_as_committed(clo
     import threading
     import time
 
-    from django.db import connections, transaction
+    from django.db import transaction
 
     from tests.conftest import Store
 
@@ -251,30 +256,22 @@ def test_the_lease_read_waits_for_the_item_and_returns_the_rows_as_committed(clo
     locked, go, got = threading.Event(), threading.Event(), {}
 
     def holder():
-        try:
-            with transaction.atomic():
-                common.lock_item(c.work_item.pk)
-                locked.set()
-                go.wait(20)
-                Run.objects.filter(pk=c.run.pk).update(status="interrupted")
-                Action.objects.filter(pk=c.action.pk).update(status="ready", current_run_id=None)
-        finally:
-            connections.close_all()
+        with transaction.atomic():
+            common.lock_item(c.work_item.pk)
+            locked.set()
+            go.wait(20)
+            Run.objects.filter(pk=c.run.pk).update(status="interrupted")
+            Action.objects.filter(pk=c.action.pk).update(status="ready", current_run_id=None)
 
     def reader():
-        try:
-            with transaction.atomic():
-                run, action, item = common.lease_rows(c.run.pk)
-                got["rows"] = (run.status, action.status, action.current_run_id, item.pk)
-        finally:
-            connections.close_all()
+        with transaction.atomic():
+            run, action, item = common.lease_rows(c.run.pk)
+            got["rows"] = (run.status, action.status, action.current_run_id, item.pk)
 
-    t1 = threading.Thread(target=holder)
-    t1.start()
+    t1 = _started(holder)
     assert locked.wait(20)
     # when the lease read starts meanwhile
-    t2 = threading.Thread(target=reader)
-    t2.start()
+    t2 = _started(reader)
     time.sleep(0.3)
     # then it waits for the item, holding neither the run nor the action (the item comes first)
     assert t2.is_alive() and "rows" not in got
