@@ -19,9 +19,10 @@ connects, as a task on the server's event loop:
   (`PAGE` rows; a full page is followed at once by the next one);
 * each event goes out through `events.channel_publish` — the publisher of the committing
   process — so the message shape, the groups and the previous-id hints are the same. The hints
-  come from the page itself (the previous row; an item's previous row), one small query only
-  for an item's first event in a page. Events nobody in this process listens to are skipped
-  without rendering;
+  come from the page itself (the previous row; an item's previous row); the items' first events
+  in a page get theirs from one stream read for the page, and the items' summaries are read
+  together (`selectors.events_previous_ids`, `selectors.work_item_summaries`). Events nobody in
+  this process listens to are skipped without rendering;
 * it polls only while at least one consumer is connected: the last one to leave wakes it and
   it ends (no idle database load); the next first consumer starts it again from the new max.
 
@@ -134,7 +135,7 @@ class EventPump:
         page = selectors.events_after(after_id=self.cursor, limit=PAGE)
         self.polls += 1
         layer = get_channel_layer()
-        summaries: dict = {}
+        todo: list[tuple] = []
         item_previous: dict[str, int] = {}
         for event in page:
             prev_id = self.cursor
@@ -142,16 +143,23 @@ class EventPump:
             known = item_previous.get(event.work_item_id)
             item_previous[event.work_item_id] = event.id
             if events.published_here(event.id):
-                continue  # this process sent it after its commit: no second copy
+                continue  # this process publishes it after its commit: no second copy
             groups = [events.ITEMS_GROUP, events.item_group(event.work_item_id)]
-            if not events._may_have_members(layer, groups):
-                continue
-            if known is None:
-                _, known = selectors.event_previous_ids(event)
-            if event.work_item_id not in summaries:
-                summaries[event.work_item_id] = selectors.work_item_summary(event.work_item_id)
-            if events.channel_publish(event, previous=(prev_id, known), work_item=summaries[event.work_item_id]):
-                self.published += 1
+            if events._may_have_members(layer, groups):
+                todo.append((event, prev_id, known))
+        if todo:
+            # an item's first event in the page: its in-item previous id from one stream read for
+            # the page; the summaries of the page's items in one read
+            looked = selectors.events_previous_ids([e for e, _, known in todo if known is None])
+            summaries = selectors.work_item_summaries({e.work_item_id for e, _, _ in todo})
+            for event, prev_id, known in todo:
+                item = summaries.get(event.work_item_id)
+                if item is None:
+                    continue  # the item is gone
+                if known is None:
+                    known = looked[event.id][1]
+                if events.channel_publish(event, previous=(prev_id, known), work_item=item):
+                    self.published += 1
         return len(page) == PAGE
 
 

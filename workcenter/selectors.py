@@ -467,3 +467,134 @@ def action_with_stats(action: Action) -> Action:
     row = Run.objects.filter(action_id=action.pk).aggregate(**{f: Sum(f) for f in COUNTER_FIELDS})
     action.execution_stats = _stats_from(row)
     return action
+
+
+# --- the live stream's batch reads (workcenter/events.py renders committed events in batches) ---
+
+import contextlib  # noqa: E402  (this section's own imports)
+
+from django.db import transaction  # noqa: E402
+
+def events_previous_ids(events_: list[Event], *, wait: bool = True) -> dict[int, tuple[int, int]] | None:
+    """`event_previous_ids` of several events in ONE stream read: {event id: (overall, in-item)}.
+
+    Each pair is exactly what `event_previous_ids(event)` returns (the largest stored ids below
+    the event's, overall and in its item, 0 when none), read in one `stream_read` (on PostgreSQL
+    one exclusive hold of the stream key for the whole batch instead of one per event).
+    `wait=False` (PostgreSQL): take the stream key only if it is free right now, else return
+    None at once. A waiting exclusive request holds back every writer's event insert until the
+    writers in flight have committed (their commits then cannot share a WAL flush); a request
+    that is granted at once costs them only the read itself."""
+    from .services.common import hot_cursor, hot_execute
+
+    pairs = sorted({(int(e.id), e.work_item_id) for e in events_})
+    out: dict[int, tuple[int, int]] = {}
+    if not pairs:
+        return out
+    with _stream_read_if(wait) as granted, hot_cursor() as cur:
+        if not granted:
+            return None
+        if cur.db.vendor == "postgresql":
+            hot_execute(cur, _batch_sql()["previous"], [[p[0] for p in pairs], [p[1] for p in pairs]])
+            rows = cur.fetchall()
+        else:
+            rows = []
+            for start in range(0, len(pairs), _VALUES_CHUNK):
+                chunk = pairs[start:start + _VALUES_CHUNK]
+                hot_execute(cur, _batch_sql()["previous"].format(values=", ".join(["(%s, %s)"] * len(chunk))),
+                            [v for p in chunk for v in p])
+                rows += cur.fetchall()
+    for event_id, overall, in_item in rows:
+        out[int(event_id)] = (int(overall or 0), int(in_item or 0))
+    return out
+
+
+def work_item_summaries(item_ids) -> dict[str, WorkItem]:
+    """`work_item_summary` of several items in three statements: {item id: item}; unknown ids
+    are left out (no NotFound)."""
+    from .services.common import ITEM_ROW, hot_cursor, hot_execute
+
+    ids = sorted(set(item_ids))
+    out: dict[str, WorkItem] = {}
+    if not ids:
+        return out
+    sql, n = _batch_sql(), len(ITEM_ROW.fields)
+    counts: dict[str, dict[str, int]] = {}
+    stats: dict[str, dict[str, int]] = {}
+    with hot_cursor() as cur:
+        postgres = cur.db.vendor == "postgresql"
+        for start in range(0, len(ids), len(ids) if postgres else _VALUES_CHUNK * 2):
+            chunk = ids[start:start + (len(ids) if postgres else _VALUES_CHUNK * 2)]
+            params = [chunk] if postgres else chunk
+            marks = {} if postgres else {"ids": ", ".join(["%s"] * len(chunk))}
+            hot_execute(cur, sql["items"].format(**marks), params)
+            for row in cur.fetchall():
+                item = ITEM_ROW.build(row[:n])
+                a_id, a_type, a_stage, a_status = row[n:]
+                item.current_action = (None if a_id is None or a_id != item.current_action_id
+                                       else {"id": a_id, "type": a_type, "stage_id": a_stage or a_type,
+                                             "status": a_status})
+                out[item.pk] = item
+            hot_execute(cur, sql["counts"].format(**marks), params)
+            for item_id, status, count in cur.fetchall():
+                counts.setdefault(item_id, {})[status] = int(count)
+            hot_execute(cur, sql["stats"].format(**marks), params)
+            for row in cur.fetchall():
+                stats[row[0]] = {f: int(v or 0) for f, v in zip(COUNTER_FIELDS, row[1:])}
+    for item_id, item in out.items():
+        item.action_counts = counts.get(item_id, {})
+        item.execution_stats = stats.get(item_id) or {f: 0 for f in COUNTER_FIELDS}
+    return out
+
+
+@contextlib.contextmanager
+def _stream_read_if(wait: bool):
+    """`stream_read()`, or with `wait=False` on PostgreSQL its non-blocking form: yields whether
+    the stream key is held (the read is then the same prefix `stream_read` gives)."""
+    from .events import _EVENT_ORDER_LOCK
+
+    if wait or connection.vendor != "postgresql":
+        with stream_read():
+            yield True
+        return
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [_EVENT_ORDER_LOCK])
+            granted = bool(cur.fetchone()[0])
+        yield granted
+
+
+_VALUES_CHUNK = 200  # SQLite: (id, item) pairs per statement (bound parameters are limited)
+_BATCH_SQL: dict[str, dict[str, str]] = {}
+
+
+def _batch_sql() -> dict[str, str]:
+    """PostgreSQL: fixed statements over arrays (prepared once per connection); SQLite: `{values}`
+    / `{ids}` are filled with one placeholder group per element."""
+    sql = _BATCH_SQL.get(connection.vendor)
+    if sql is None:
+        from .services.common import ITEM_ROW, qn
+
+        item, action, run, event = (qn(m._meta.db_table) for m in (WorkItem, Action, Run, Event))
+        sums = ", ".join(f"SUM({qn(f)})" for f in COUNTER_FIELDS)
+        if connection.vendor == "postgresql":
+            batch = 'unnest(%s::bigint[], %s::text[]) AS b("id", "item")'
+            in_ids = "= ANY(%s::text[])"
+        else:
+            batch = 'b'
+            in_ids = "IN ({ids})"
+        previous = (f'SELECT b."id", (SELECT MAX(e."id") FROM {event} e WHERE e."id" < b."id"), '
+                    f'(SELECT MAX(e."id") FROM {event} e WHERE e."work_item_id" = b."item" AND e."id" < b."id") '
+                    f'FROM {batch}')
+        if connection.vendor != "postgresql":
+            previous = 'WITH b("id", "item") AS (VALUES {values}) ' + previous
+        sql = _BATCH_SQL[connection.vendor] = {
+            "previous": previous,
+            "items": (f'SELECT {ITEM_ROW.columns()}, a."id", a."type", a."stage_id", a."status" '
+                      f'FROM {item} i LEFT JOIN {action} a ON a."id" = i."current_action_id" '
+                      f'WHERE i."id" {in_ids}'),
+            "counts": (f'SELECT "work_item_id", "status", COUNT(*) FROM {action} WHERE "work_item_id" {in_ids} '
+                       f'GROUP BY "work_item_id", "status"'),
+            "stats": f'SELECT "work_item_id", {sums} FROM {run} WHERE "work_item_id" {in_ids} GROUP BY "work_item_id"',
+        }
+    return sql

@@ -1,0 +1,321 @@
+"""The publisher thread (workcenter/events.py): committed events are rendered off the committing
+thread, in batches (one stream read and one summary read per batch), and leave in id order with
+the previous ids `selectors.event_previous_ids` gives."""
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import threading
+
+import pytest
+from channels.db import database_sync_to_async
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from dashboard.consumers import WorkItemStreamConsumer
+from workcenter import events, selectors, services
+from workcenter.models import Event
+
+from .conftest import TIMEOUT, open_stream, receive_all, run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+db_call = database_sync_to_async
+REDIS_URL = os.environ.get("WORKCENTER_TEST_PUBLISHER_REDIS_URL", "redis://127.0.0.1:6379/14")
+
+
+def bearer(token: str):
+    return [(b"authorization", f"Bearer {token}".encode())]
+
+
+@pytest.fixture
+def group_messages(monkeypatch):
+    """Every group message a consumer is handed (before its duplicate check)."""
+    seen: list[dict] = []
+    real = WorkItemStreamConsumer.stream_event
+
+    async def stream_event(self, message):
+        seen.append(message)
+        await real(self, message)
+
+    monkeypatch.setattr(WorkItemStreamConsumer, "stream_event", stream_event)
+    return seen
+
+
+@pytest.fixture
+def stream_reads(monkeypatch):
+    """The batches handed to `selectors.events_previous_ids` (the real function runs)."""
+    calls: list[list[int]] = []
+    real = selectors.events_previous_ids
+
+    def spy(events_, **kwargs):
+        calls.append(sorted(e.id for e in events_))
+        return real(events_, **kwargs)
+
+    monkeypatch.setattr(selectors, "events_previous_ids", spy)
+    return calls
+
+
+def expected_previous(ids: list[int]) -> dict[int, tuple[int, int]]:
+    return {i: selectors.event_previous_ids(Event.objects.get(pk=i)) for i in ids}
+
+
+def test_burst_is_rendered_in_batches_and_leaves_in_id_order(store, viewer_token, group_messages, stream_reads,
+                                                               monkeypatch):
+    # given: a slow batch rhythm, so that the burst below waits while the first batch is rendered
+    monkeypatch.setattr(events, "RENDER_INTERVAL", 0.4)
+    items = [store.linear(title=f"burst {i}") for i in range(3)]
+
+    def burst():
+        for item in items:
+            services.work_item_cancel(item_id=item.pk, now=store.now())
+        for i in range(3):
+            store.linear(title=f"more {i}")
+
+    async def scenario():
+        comm, hello = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
+        # when: many commits in a row
+        await db_call(burst)()
+        want = [e.id for e in await db_call(lambda: list(Event.objects.filter(id__gt=hello["last_event_id"])
+                                                              .order_by("id")))()]
+        got = await receive_all(comm, len(want))
+        assert await comm.receive_nothing(timeout=0.3)
+        await comm.disconnect()
+        return want, got
+
+    want, got = run(scenario)
+    # then: every event once, in id order, with the previous ids of `event_previous_ids`
+    assert len(want) >= 6
+    assert [m["event"]["id"] for m in got] == want
+    assert [m["id"] for m in group_messages] == want  # no message was overtaken or read back
+    previous = expected_previous(want)
+    assert [(m["prev_id"], m["item_prev_id"]) for m in group_messages] == [previous[i] for i in want]
+    # ... from fewer stream reads than events: the burst was rendered together
+    assert sorted(i for batch in stream_reads for i in batch) == want
+    assert len(stream_reads) < len(want) and max(len(b) for b in stream_reads) >= 3
+    # each message carries its item's summary as the REST list shows it now
+    assert {m["work_item"]["status"] for m in got if m["event"]["type"] == "work_item.cancelled"} == {"cancelled"}
+
+
+def test_events_previous_ids_equals_event_previous_ids(store):
+    a = store.linear(title="A")
+    b = store.linear(title="B")
+    services.work_item_cancel(item_id=a.pk, now=store.now())
+    store.linear(title="C")
+    services.work_item_cancel(item_id=b.pk, now=store.now())
+    stored = list(Event.objects.order_by("id"))
+    assert len(stored) >= 5
+    assert selectors.events_previous_ids(stored) == {e.id: selectors.event_previous_ids(e) for e in stored}
+    assert selectors.events_previous_ids(stored, wait=False) in (None, selectors.events_previous_ids(stored))
+    summaries = selectors.work_item_summaries([a.pk, b.pk, "no-such-item"])
+    assert set(summaries) == {a.pk, b.pk}
+    for pk in (a.pk, b.pk):
+        one = selectors.work_item_summary(pk)
+        many = summaries[pk]
+        assert (many.status, many.revision, many.action_counts, many.execution_stats, many.current_action) == (
+            one.status, one.revision, one.action_counts, one.execution_stats, one.current_action)
+
+
+def _is_stream_or_summary_read(sql: str) -> bool:
+    s = sql.lower()
+    return "max(" in s or "pg_advisory_xact_lock(" in s or "pg_try_advisory_xact_lock(" in s or "group by" in s
+
+
+def test_committing_thread_does_not_render(store, viewer_token, group_messages):
+    item = store.linear()
+
+    def cancel_and_capture():
+        with CaptureQueriesContext(connection) as queries:
+            services.work_item_cancel(item_id=item.pk, now=store.now())  # commits inside the context
+        return [q["sql"] for q in queries.captured_queries]
+
+    async def scenario():
+        comm, hello = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
+        sql = await db_call(cancel_and_capture)()
+        message = await comm.receive_json_from(timeout=TIMEOUT)
+        await comm.disconnect()
+        return hello, sql, message
+
+    hello, sql, message = run(scenario)
+    assert message["event"]["type"] == "work_item.cancelled" and message["work_item"]["status"] == "cancelled"
+    assert sql, "the service's own statements were captured"
+    assert not [s for s in sql if _is_stream_or_summary_read(s)], sql
+    event = Event.objects.get(pk=message["event"]["id"])
+    assert (group_messages[0]["prev_id"], group_messages[0]["item_prev_id"]) == selectors.event_previous_ids(event)
+
+
+def test_publisher_failure_never_reaches_the_caller_and_the_stream_heals(store, viewer_token, monkeypatch):
+    item = store.linear()
+    other = store.linear(title="other")
+    real = selectors.work_item_summaries
+    failing = [True]
+
+    def summaries(ids):
+        if failing[0]:
+            raise RuntimeError("summary read failed")
+        return real(ids)
+
+    monkeypatch.setattr(selectors, "work_item_summaries", summaries)
+
+    async def scenario():
+        comm, hello = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
+        # the caller returns normally although rendering its event fails
+        cancelled = await db_call(services.work_item_cancel)(item_id=item.pk, now=store.now())
+        assert cancelled.status == "cancelled"
+        assert await comm.receive_nothing(timeout=0.3)
+        # the thread lives on: the next event arrives and names the lost one, which is read back
+        failing[0] = False
+        await db_call(services.work_item_cancel)(item_id=other.pk, now=store.now())
+        want = await db_call(lambda: list(Event.objects.filter(id__gt=hello["last_event_id"])
+                                          .order_by("id").values_list("id", flat=True)))()
+        got = await receive_all(comm, len(want))
+        assert [m["event"]["id"] for m in got] == want and len(want) == 2
+        assert await comm.receive_nothing(timeout=0.3)
+        await comm.disconnect()
+
+    run(scenario)
+
+
+def test_send_failure_never_reaches_the_caller(store, viewer_token, monkeypatch):
+    item = store.linear()
+    sent = []
+
+    def broken_send(layer, groups, message):
+        sent.append(message["id"])
+        raise ConnectionError("channel layer down")
+
+    async def scenario():
+        comm, _ = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
+        monkeypatch.setattr(events, "_group_send", broken_send)
+        cancelled = await db_call(services.work_item_cancel)(item_id=item.pk, now=store.now())
+        assert cancelled.status == "cancelled"
+        await asyncio.to_thread(events.drain_publisher, 5)
+        assert sent and events.published_here(sent[0])
+        await comm.disconnect()
+
+    run(scenario)
+
+
+def test_drain_waits_for_the_queued_events(store, viewer_token, monkeypatch, group_messages):
+    monkeypatch.setattr(events, "RENDER_INTERVAL", 0.3)
+    items = [store.linear(title=f"drain {i}") for i in range(3)]
+
+    async def scenario():
+        comm, _ = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
+        for item in items:
+            await db_call(services.work_item_cancel)(item_id=item.pk, now=store.now())
+        # the committing calls returned before their messages were rendered; drain waits for them
+        await asyncio.to_thread(events.drain_publisher, 5)
+        assert events._renderer().idle()
+        await asyncio.sleep(0.05)  # the in-memory layer hands them to the consumer on this loop
+        got = await receive_all(comm, 3)
+        assert [m["event"]["type"] for m in got] == ["work_item.cancelled"] * 3
+        await comm.disconnect()
+
+    run(scenario)
+
+
+def _child_renderer(parent_pid: int, parent_native_id: int, out) -> None:
+    r = events._renderer()  # the parent held the publisher's lock when it forked
+    out.put((parent_pid != os.getpid(), r.pid == os.getpid(), r.thread.native_id != parent_native_id,
+             r.thread.is_alive()))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_forked_child_starts_its_own_publisher_thread():
+    parent = events._renderer()
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    with events._render_lock:  # held at fork time: the child must not inherit it held
+        child = ctx.Process(target=_child_renderer, args=(os.getpid(), parent.thread.native_id, out))
+        child.start()
+    try:
+        assert out.get(timeout=10) == (True, True, True, True)
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    assert events._renderer() is parent
+
+
+# --- Redis ----------------------------------------------------------------------------------------
+
+@pytest.fixture
+def redis_layer(monkeypatch):
+    import redis
+    from channels_redis.core import RedisChannelLayer
+
+    try:
+        redis.Redis.from_url(REDIS_URL).ping()
+    except redis.RedisError:
+        pytest.skip(f"no Redis at {REDIS_URL}")
+    layer = RedisChannelLayer(hosts=[REDIS_URL])
+    monkeypatch.setattr(events, "get_channel_layer", lambda: layer)
+    monkeypatch.setattr(events, "_stream_loop", None)  # no websocket server: the publisher's own loop
+    asyncio.run_coroutine_threadsafe(layer.flush(), events._send_loop()).result(10)
+    yield layer
+    asyncio.run_coroutine_threadsafe(layer.flush(), events._send_loop()).result(10)
+
+
+def _on_send_loop(coro):
+    return asyncio.run_coroutine_threadsafe(coro, events._send_loop()).result(10)
+
+
+def test_redis_groups_nobody_is_in_are_not_rendered(store, redis_layer, stream_reads):
+    item = store.linear()
+    other = store.linear(title="other")
+    item_group = events.item_group(item.pk)
+    assert events._groups_listened(redis_layer, [events.ITEMS_GROUP, item_group]) == set()
+    # nobody listens: the events are neither rendered nor sent
+    services.work_item_cancel(item_id=other.pk, now=store.now())
+    events.drain_publisher(5)
+    assert stream_reads == []
+    # a member of one item's group: only that item's events are rendered, sent to that group only
+    channel = _on_send_loop(redis_layer.new_channel())
+    _on_send_loop(redis_layer.group_add(item_group, channel))
+    assert events._groups_listened(redis_layer, [events.ITEMS_GROUP, item_group]) == {item_group}
+    other2 = store.linear(title="other 2")
+    services.work_item_cancel(item_id=item.pk, now=store.now())
+    services.work_item_cancel(item_id=other2.pk, now=store.now())
+    events.drain_publisher(5)
+    message = _on_send_loop(asyncio.wait_for(redis_layer.receive(channel), 5))
+    cancel = Event.objects.filter(work_item_id=item.pk).latest("id")
+    assert (message["type"], message["id"]) == ("stream.event", cancel.id)
+    assert (message["prev_id"], message["item_prev_id"]) == selectors.event_previous_ids(cancel)
+    assert message["message"]["work_item"]["status"] == "cancelled"
+    assert [i for batch in stream_reads for i in batch] == [cancel.id]
+
+
+def test_redis_burst_reaches_a_listener_in_id_order(store, redis_layer, monkeypatch):
+    monkeypatch.setattr(events, "RENDER_INTERVAL", 0.2)
+    channel = _on_send_loop(redis_layer.new_channel())
+    _on_send_loop(redis_layer.group_add(events.ITEMS_GROUP, channel))
+    before = selectors.event_last_id()
+    errors = []
+
+    def commit(n):
+        try:
+            for i in range(n):
+                item = store.linear(title=f"t{threading.get_ident()} {i}")
+                services.work_item_cancel(item_id=item.pk, now=store.now())
+        except Exception as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=commit, args=(4,)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    events.drain_publisher(5)
+    want = list(Event.objects.filter(id__gt=before).order_by("id").values_list("id", flat=True))
+    got = [_on_send_loop(asyncio.wait_for(redis_layer.receive(channel), 5)) for _ in want]
+    previous = expected_previous(want)
+    # two committing threads: every event once; each message names its true previous ids, so a
+    # consumer puts any two that crossed back in order
+    assert sorted(m["id"] for m in got) == want
+    assert all((m["prev_id"], m["item_prev_id"]) == previous[m["id"]] for m in got)
