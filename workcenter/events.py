@@ -242,7 +242,10 @@ def _stream_message(event: Event, previous: tuple[int, int], message: dict) -> d
 # (`selectors.work_item_summaries`; each message carries its item's state as read then, as a
 # replayed event does). Under load a batch starts at most every RENDER_INTERVAL seconds after the
 # previous one, so the stream key is taken a bounded number of times per second whatever the
-# commit rate; an event arriving when the thread is idle is rendered at once.
+# commit rate; an event arriving when the thread is idle is rendered at once. After a batch that
+# nobody listened to, the next one waits RENDER_INTERVAL_UNHEARD instead (a listener that joins
+# meanwhile gets its first live message that much later; what committed before it joined is in
+# its snapshot).
 # On PostgreSQL the batch first asks for the stream key without queueing for it
 # (`events_previous_ids(wait=False)`): a queued exclusive request would hold back every writer's
 # event insert until the writers in flight commit, a barrier no commit can share a WAL flush
@@ -262,6 +265,7 @@ def _stream_message(event: Event, previous: tuple[int, int], message: dict) -> d
 # which consumers also repair from the previous ids of the next message.
 RENDER_BATCH = 500
 RENDER_INTERVAL = 0.005
+RENDER_INTERVAL_UNHEARD = 0.05  # after a batch nobody listened to (the probe is the batch's cost)
 RENDER_QUEUE_MAX = 10_000
 RENDER_IDLE_CLOSE = 1.0  # an idle publisher thread closes its database connection after this
 RENDER_PATIENCE = 0.05  # how long a batch may wait for a free stream key before queueing for it
@@ -319,6 +323,7 @@ class _Renderer:
     def _run(self) -> None:
         connected = False  # this thread holds a database connection
         last_start = 0.0
+        heard = True  # the last batch had a listener
         while True:
             with self.cond:
                 self.busy = False
@@ -331,23 +336,26 @@ class _Renderer:
                 _close_connection()
                 connected = False
                 continue
-            delay = last_start + RENDER_INTERVAL - time.monotonic()
+            delay = last_start + (RENDER_INTERVAL if heard else RENDER_INTERVAL_UNHEARD) - time.monotonic()
             if delay > 0:
                 time.sleep(delay)  # under load: let the batch grow
             last_start = time.monotonic()
             batch = self._take([])
             connected = True
+            heard = True
             try:
-                self._render(batch, last_start + RENDER_PATIENCE)
+                heard = self._render(batch, last_start + RENDER_PATIENCE)
                 self.batches += 1
             except BaseException:  # the thread must live on
                 logger.exception("rendering %s events failed", len(batch))
                 _close_connection()
 
-    def _render(self, batch: list, patience_until: float) -> None:
+    def _render(self, batch: list, patience_until: float) -> bool:
         """Render the batch; while the stream key is busy (PostgreSQL), back off and let the batch
-        grow instead of queueing for it, until `patience_until`, then wait for it."""
+        grow instead of queueing for it, until `patience_until`, then wait for it. False when
+        nobody listened to any of its events."""
         wanted = _listened(batch)
+        heard = bool(wanted)
         backoff = RENDER_BACKOFF
         while wanted and not _publish_listened(wanted, wait=time.monotonic() >= patience_until):
             time.sleep(backoff)
@@ -356,6 +364,7 @@ class _Renderer:
             if more:
                 wanted = sorted(wanted + _listened(more), key=lambda w: w[0].id)
             self.retries += 1
+        return heard
 
 
 _render: _Renderer | None = None
