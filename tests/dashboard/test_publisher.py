@@ -45,13 +45,16 @@ def group_messages(monkeypatch):
 
 @pytest.fixture
 def stream_reads(monkeypatch):
-    """The batches handed to `selectors.events_previous_ids` (the real function runs)."""
+    """The batches `selectors.events_previous_ids` answered (the real function runs; a try that
+    found the stream key busy, on PostgreSQL, answers None and is tried again: not counted)."""
     calls: list[list[int]] = []
     real = selectors.events_previous_ids
 
     def spy(events_, **kwargs):
-        calls.append(sorted(e.id for e in events_))
-        return real(events_, **kwargs)
+        out = real(events_, **kwargs)
+        if out is not None:
+            calls.append(sorted(e.id for e in events_))
+        return out
 
     monkeypatch.setattr(selectors, "events_previous_ids", spy)
     return calls
