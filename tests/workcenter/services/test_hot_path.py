@@ -116,6 +116,7 @@ def test_a_write_batch_that_misses_a_guard_writes_nothing(store):
     assert dict(Action.objects.values_list("stage_id", "attempt")) == {"a": 3, "b": 4}
 
 
+@pytest.mark.postgres
 def test_hot_statements_are_prepared_on_postgresql(db):
     # PostgreSQL parses and plans each fixed statement once per connection (settings.py)
     if connection.vendor != "postgresql":
