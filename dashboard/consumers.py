@@ -149,6 +149,11 @@ class WorkItemStreamConsumer(AsyncWebsocketConsumer):
             await self._send_stored(before_id=event_id)
         await self._forward(event_id, message["message"])
 
+    async def stream_events(self, message: dict) -> None:
+        """Several `stream.event` messages of one publisher batch, in id order."""
+        for event_message in message["events"]:
+            await self.stream_event(event_message)
+
     async def stream_progress(self, message: dict) -> None:
         await self.send_json(message["message"])
 

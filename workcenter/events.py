@@ -169,11 +169,11 @@ def item_group(item_id: str) -> str:
 def event_message(event: Event, work_item=None) -> dict:
     """`{"type": "event", "event": Event, "work_item": WorkItemSummary}` as JSON-ready data."""
     from . import selectors
+    from .render import render
     from .schemas import EventOut, WorkItemSummaryOut
 
     item = work_item if work_item is not None else selectors.work_item_summary(event.work_item_id)
-    return {"type": "event", "event": EventOut.from_orm(event).model_dump(mode="json"),
-            "work_item": WorkItemSummaryOut.from_orm(item).model_dump(mode="json")}
+    return {"type": "event", "event": render(EventOut, event), "work_item": render(WorkItemSummaryOut, item)}
 
 
 # Ids this process has published after their commit (`publish`, whatever the publisher). The event pump (dashboard/pump.py) reads
@@ -419,6 +419,7 @@ def _publish_listened(wanted: list[tuple], *, wait: bool = True) -> bool:
     messages of `_listened` entries. False, with nothing done, when `wait` is False and the
     stream key is busy."""
     from . import selectors
+    from .render import render
     from .schemas import EventOut, WorkItemSummaryOut
 
     try:
@@ -432,10 +433,11 @@ def _publish_listened(wanted: list[tuple], *, wait: bool = True) -> bool:
         _close_connection()
         return True
     rendered: dict[str, dict] = {}
+    outgoing: dict[tuple[int, str], tuple[Any, list[dict]]] = {}  # (layer, group) -> messages, by id
     for event, layer, groups, work_item in wanted:
         try:
             if work_item is not None:
-                summary = WorkItemSummaryOut.from_orm(work_item).model_dump(mode="json")
+                summary = render(WorkItemSummaryOut, work_item)
             else:
                 summary = rendered.get(event.work_item_id)
                 if summary is None:
@@ -443,12 +445,32 @@ def _publish_listened(wanted: list[tuple], *, wait: bool = True) -> bool:
                     if item is None:
                         logger.warning("event %s: work item %s is gone, not published", event.id, event.work_item_id)
                         continue
-                    summary = rendered[event.work_item_id] = WorkItemSummaryOut.from_orm(item).model_dump(mode="json")
-            message = {"type": "event", "event": EventOut.from_orm(event).model_dump(mode="json"), "work_item": summary}
-            _group_send(layer, groups, _stream_message(event, previous[event.id], message))
+                    summary = rendered[event.work_item_id] = render(WorkItemSummaryOut, item)
+            message = {"type": "event", "event": render(EventOut, event), "work_item": summary}
+            stream = _stream_message(event, previous[event.id], message)
+            for group in groups:
+                outgoing.setdefault((id(layer), group), (layer, []))[1].append(stream)
         except Exception:
             logger.exception("publishing event %s failed", event.id)
+    _send_batched(outgoing)
     return True
+
+
+STREAM_MESSAGE_EVENTS = 100  # events in one group message at most
+
+
+def _send_batched(outgoing: dict) -> None:
+    """One group message per group for the batch's events, in id order (`stream.events`, read by
+    the consumers as that many `stream.event` messages; a lone event goes as `stream.event`):
+    a channel-layer send costs several Redis round trips, whatever the message holds."""
+    for (_, group), (layer, messages) in outgoing.items():
+        for start in range(0, len(messages), STREAM_MESSAGE_EVENTS):
+            chunk = messages[start:start + STREAM_MESSAGE_EVENTS]
+            try:
+                _group_send(layer, [group], chunk[0] if len(chunk) == 1 else
+                            {"type": "stream.events", "events": chunk})
+            except Exception:
+                logger.exception("publishing events %s..%s to %s failed", chunk[0]["id"], chunk[-1]["id"], group)
 
 
 PROBE_TIMEOUT = 2.0

@@ -105,3 +105,22 @@ def test_defaults_and_resolvers_follow_the_schema():
     # a required field that the object lacks is an error, not a silent null
     with pytest.raises(AttributeError):
         render.render(Inner.__class__("Req", (BaseModel,), {"__annotations__": {"x": int}}), {})
+
+
+def test_live_stream_payloads_render_as_pydantic_renders_them(store):
+    """The live stream's event and summary payloads (workcenter/events.py) use the same plans."""
+    from workcenter.models import Event
+    from workcenter.schemas import WorkItemSummaryOut
+
+    item, _ = _busy_item(store)
+    linear = store.linear()
+    summaries = selectors.work_item_summaries([item.pk, linear.pk])
+    for pk in (item.pk, linear.pk):
+        for summary in (selectors.work_item_summary(pk), summaries[pk]):
+            assert render.render(WorkItemSummaryOut, summary) == \
+                WorkItemSummaryOut.from_orm(summary).model_dump(mode="json")
+    assert render.render(WorkItemSummaryOut, summaries[item.pk])["current_action"] is not None
+    stored = list(Event.objects.all())
+    assert len(stored) >= 8
+    for event in stored:
+        assert render.render(EventOut, event) == EventOut.from_orm(event).model_dump(mode="json")
