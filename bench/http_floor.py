@@ -9,10 +9,15 @@ Django, no database, no work at all; then one client sends N sequential POSTs ov
 connection with `http.client`, as the worker's `HttpStore` does. That is the least a request of
 bench/api.py can cost on this machine.
 
+It then measures the same client against Work Center's own stack (`workcenter.asgi:application`
+under daphne: the request handler, the middleware, URL resolution through the API's routes) asking
+for an API route that does not exist: a 404 that touches no database and runs no API code. That is the least any
+API call costs before its own work.
+
 A worker action is two requests (claim, submit), so with the floor F ms per request and the
 service layer at S actions/s (bench/claims.py, one worker) the best possible one-client HTTP
 throughput is 1 / (1/S + 2F/1000) actions/s, and the best HTTP / service-layer ratio is that
-divided by S. With `--service-actions-per-s S` it prints both.
+divided by S. With `--service-actions-per-s S` it prints both, for each floor.
 """
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 APP = '''
 BODY = b"{}"
@@ -56,6 +63,58 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_daphne(app: str, cwd: str, env: dict) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app],
+                              cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return server, port
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                sys.exit(f"daphne ({app}) did not start")
+            time.sleep(0.1)
+
+
+def time_requests(port: int, method: str, path: str, body: bytes | None, n: int) -> list[float]:
+    """n sequential requests over one keep-alive connection (as the worker's HttpStore sends them)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer x"}
+
+    def one() -> None:
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        json.loads(resp.read())
+
+    for _ in range(min(200, n)):
+        one()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        one()
+        times.append(time.perf_counter() - t0)
+    conn.close()
+    times.sort()
+    return times
+
+
+def report(label: str, times: list[float], service: float | None) -> dict:
+    floor_ms = sum(times) / len(times) * 1000
+    out = {"floor_ms_per_request": round(floor_ms, 3), "p50_ms": round(times[len(times) // 2] * 1000, 3),
+           "p99_ms": round(times[int(len(times) * 0.99) - 1] * 1000, 3)}
+    print(f"{label}: {floor_ms:.3f} ms/request (p50 {out['p50_ms']} ms, p99 {out['p99_ms']} ms), "
+          f"{1000 / floor_ms:.0f} requests/s")
+    if service:
+        best = 1 / (1 / service + 2 * floor_ms / 1000)
+        out.update(best_http_actions_per_s=round(best, 1), best_ratio=round(best / service, 3))
+        print(f"  with the service layer at {service:g} actions/s, one HTTP client can reach at most "
+              f"{best:.0f} actions/s: a ratio of {best / service:.2f}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=3000)
@@ -69,52 +128,30 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="wc-floor-")
     body = json.dumps({"pad": "x" * max(0, int(args.body_kb * 1024) - 10)})
     Path(tmp.name, "floor_app.py").write_text(APP.replace('b"{}"', repr(body.encode())))
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "floor_app:app"],
-                              cwd=tmp.name, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                              env=dict(os.environ, PYTHONPATH=tmp.name))
+    payload = json.dumps({"owner_boot_id": "floor", "lease_ms": 60000}).encode()
+    out: dict = {"body_kb": args.body_kb}
+
+    server, port = start_daphne("floor_app:app", tmp.name, dict(os.environ, PYTHONPATH=tmp.name))
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    sys.exit("daphne did not start")
-                time.sleep(0.1)
-        conn = http.client.HTTPConnection("127.0.0.1", port)
-        payload = json.dumps({"owner_boot_id": "floor", "lease_ms": 60000}).encode()
-        headers = {"Content-Type": "application/json", "Authorization": "Bearer x"}
-
-        def one() -> None:
-            conn.request("POST", "/api/v1/claims", body=payload, headers=headers)
-            resp = conn.getresponse()
-            json.loads(resp.read())
-
-        for _ in range(min(200, args.requests)):
-            one()
-        times = []
-        for _ in range(args.requests):
-            t0 = time.perf_counter()
-            one()
-            times.append(time.perf_counter() - t0)
+        bare = time_requests(port, "POST", "/api/v1/claims", payload, args.requests)
     finally:
         server.terminate()
         server.wait(10)
-    times.sort()
-    floor_ms = sum(times) / len(times) * 1000
-    out = {"floor_ms_per_request": round(floor_ms, 3), "p50_ms": round(times[len(times) // 2] * 1000, 3),
-           "p99_ms": round(times[int(len(times) * 0.99) - 1] * 1000, 3), "body_kb": args.body_kb}
-    print(f"daphne, bare ASGI app, {args.body_kb:g} KB bodies, one keep-alive client: "
-          f"{floor_ms:.3f} ms/request (p50 {out['p50_ms']} ms, p99 {out['p99_ms']} ms), "
-          f"{1000 / floor_ms:.0f} requests/s")
-    if args.service_actions_per_s:
-        s = args.service_actions_per_s
-        best = 1 / (1 / s + 2 * floor_ms / 1000)
-        out.update(best_http_actions_per_s=round(best, 1), best_ratio=round(best / s, 3))
-        print(f"with the service layer at {s:g} actions/s, one HTTP client can reach at most {best:.0f} actions/s: "
-              f"a ratio of {best / s:.2f}, before Django, the API or the database do anything")
+    out["bare"] = report(f"daphne, bare ASGI app, {args.body_kb:g} KB bodies, one keep-alive client", bare,
+                         args.service_actions_per_s)
+
+    # Work Center's stack; the 404 reads no database (a throwaway SQLite path keeps it that way)
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", DJANGO_DEBUG="0",
+               DATABASE_URL=f"sqlite:///{Path(tmp.name) / 'unused.sqlite3'}", WORKCENTER_LOG_LEVEL="WARNING")
+    server, port = start_daphne("workcenter.asgi:application", str(REPO), env)
+    try:
+        # a GET: Django's CSRF check would answer a POST outside the API's routes with an HTML 403
+        stack = time_requests(port, "GET", "/api/v1/no-such-route", None, args.requests)
+    finally:
+        server.terminate()
+        server.wait(10)
+    out["django_404"] = report("daphne + Django's request cycle (workcenter.asgi), a 404 that runs no API code", stack,
+                               args.service_actions_per_s)
     if args.json:
         print(json.dumps(out))
     return 0
