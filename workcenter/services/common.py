@@ -300,7 +300,10 @@ def _add_flag_writes(writes: "Writes", on: set, off: set) -> None:
 
 def save_item_state(item: WorkItem, now: datetime, *, status: str, current_action_id, current_run_id=None,
                     guard=None, **extra) -> None:
-    """Write the item's status and pointers; with `guard` (a queryset) as a guarded update."""
+    """Write the item's status and pointers as a guarded update: `guard` (a queryset), or by
+    default the item's row as the caller holds it under its lock (same status)."""
+    if guard is None:
+        guard = WorkItem.objects.filter(pk=item.pk, status=item.status)
     item.status = status
     item.current_action_id = current_action_id
     item.current_run_id = current_run_id
@@ -308,10 +311,7 @@ def save_item_state(item: WorkItem, now: datetime, *, status: str, current_actio
     for k, v in extra.items():
         setattr(item, k, v)
     values = dict(status=status, current_action_id=current_action_id, current_run_id=current_run_id, updated_at=now, **extra)
-    if guard is not None:
-        guarded_update(guard, **values)
-    else:
-        WorkItem.objects.filter(pk=item.pk).update(**values)
+    guarded_update(guard, **values)
 
 
 def graph_refresh(item: WorkItem, now: datetime, actions: list[Action] | None = None, guard=None) -> list[Action]:
@@ -371,9 +371,14 @@ def plan_graph_reset(item: WorkItem, actions: list[Action], target_stage: str, r
 def apply_graph_reset(plan: ResetPlan, replacement: dict | None, reason: str, now: datetime) -> Action:
     """Steps 5-8 of DOMAIN §7.8."""
     if plan.running_runs:
-        Run.objects.filter(pk__in=[r.pk for r in plan.running_runs], status=RunStatus.RUNNING).update(
+        n = Run.objects.filter(pk__in=[r.pk for r in plan.running_runs], status=RunStatus.RUNNING).update(
             status=RunStatus.SUPERSEDED, ended_at=now, error=reason)
+        if n != len(plan.running_runs):
+            raise FenceLost("stale Run: a run to supersede was no longer running; nothing was changed")
     for a in plan.affected:
+        # each action's write is guarded on the row as the plan read it (under the item lock)
+        guard = Action.objects.filter(pk=a.pk, status=a.status, lease_epoch=a.lease_epoch,
+                                      current_run_id=a.current_run_id)
         bump = a.status == ActionStatus.RUNNING and bool(a.current_run_id)
         a.status = ActionStatus.READY
         a.attempt = 0
@@ -397,7 +402,7 @@ def apply_graph_reset(plan: ResetPlan, replacement: dict | None, reason: str, no
             a.max_attempts = replacement.get("max_attempts") or 2
             fields += ["type", "required_role", "assignment_policy", "model_policy", "depends_on_stage_ids",
                        "workspace_mode", "changes_requested_stage_id", "instruction", "brief", "context", "max_attempts"]
-        a.save(update_fields=fields)
+        guarded_update(guard, **{f: getattr(a, f) for f in fields})
     return plan.target
 
 
@@ -533,8 +538,9 @@ def supersede_runs(item: WorkItem, action_ids: list[str], status: str, reason: s
     """End every running run of the given actions (DOMAIN [DEV-2])."""
     ids = list(Run.objects.filter(work_item_id=item.pk, action_id__in=action_ids, status=RunStatus.RUNNING)
                .order_by("pk").values_list("pk", flat=True))
-    if ids:
-        Run.objects.filter(pk__in=ids, status=RunStatus.RUNNING).update(status=status, ended_at=now, error=reason)
+    if ids and Run.objects.filter(pk__in=ids, status=RunStatus.RUNNING).update(
+            status=status, ended_at=now, error=reason) != len(ids):
+        raise FenceLost("stale Run: a run to end was no longer running; nothing was changed")
     return ids
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError
 
-from ..errors import InvalidInput, InvalidState, RevisionConflict
+from ..errors import FenceLost, InvalidInput, InvalidState, RevisionConflict
 from ..events import event_append
 from ..models import OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
 from . import common, normalize, workflows
@@ -171,9 +171,13 @@ def _invalidate(item: WorkItem, now: datetime, *, action_status: str, run_status
     """Open actions ⇒ action_status; every running run of the item ⇒ run_status [DEV-2]."""
     statuses = list(OPEN_ACTION_STATUSES) + ([ActionStatus.FAILED] if include_failed else [])
     ids = list(Action.objects.filter(work_item_id=item.pk, status__in=statuses).order_by("pk").values_list("pk", flat=True))
-    Run.objects.filter(work_item_id=item.pk, status=RunStatus.RUNNING).update(status=run_status, ended_at=now, error=reason)
-    if ids:
-        Action.objects.filter(pk__in=ids).update(status=action_status, current_run_id=None, updated_at=now, claimable=False)
+    runs = list(Run.objects.filter(work_item_id=item.pk, status=RunStatus.RUNNING).values_list("pk", flat=True))
+    if runs and Run.objects.filter(pk__in=runs, status=RunStatus.RUNNING).update(
+            status=run_status, ended_at=now, error=reason) != len(runs):
+        raise FenceLost("a run changed under the item lock; nothing was changed")
+    if ids and Action.objects.filter(pk__in=ids, status__in=statuses).update(
+            status=action_status, current_run_id=None, updated_at=now, claimable=False) != len(ids):
+        raise FenceLost("an action changed under the item lock; nothing was changed")
     return ids
 
 

@@ -143,3 +143,29 @@ def test_graph_reset_integrate_target_keeps_prepared_workspace(store):
     a = Action.objects.get(pk=ci.action.pk)
     assert a.workspace == {"path": "/x", "integration": {"status": "prepared"}}
     assert a.status == "ready"
+
+
+def test_item_state_and_reset_writes_are_guarded_on_the_rows_as_read(store):
+    """`save_item_state` without an explicit guard, and the graph reset's action writes, check
+    the rows still hold what the caller read under its lock; a slip rolls everything back."""
+    from django.db import transaction
+
+    from tests.conftest import item_snapshot
+    from workcenter.errors import FenceLost
+    from workcenter.services import common
+
+    item = make_graph(store, [{"id": "a"}, {"id": "b", "deps": ["a"]}])
+    before = item_snapshot(item.pk)
+    # the caller's copy says "running", the row says "ready": the write must not land
+    stale = WorkItem.objects.get(pk=item.pk)
+    stale.status = "running"
+    with pytest.raises(FenceLost), transaction.atomic():
+        common.save_item_state(stale, store.now(), status="done", current_action_id=None)
+    # a reset planned from rows that changed before it was applied
+    with pytest.raises(FenceLost), transaction.atomic():
+        fresh = common.lock_item(item.pk)
+        actions = common.item_actions(fresh, lock=True)
+        plan = common.plan_graph_reset(fresh, actions, "a", None, store.now())
+        Action.objects.filter(pk=plan.affected[-1].pk).update(status="failed")
+        common.apply_graph_reset(plan, None, "test", store.now())
+    assert item_snapshot(item.pk) == before
