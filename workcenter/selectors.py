@@ -1,10 +1,11 @@
 """Reads (DOMAIN §12.10): lists, details, events, execution statistics."""
 from __future__ import annotations
 
+import contextlib
 import re
 
-from django.db import connection
-from django.db.models import Count, Max, Q, Sum
+from django.db import connection, transaction
+from django.db.models import Max, Q, Sum
 
 from .errors import NotFound
 from .events import stream_read
@@ -23,27 +24,6 @@ def clamp_limit(limit, default: int = 100, maximum: int = 500) -> int:
 
 def _stats_from(row: dict, prefix: str = "") -> dict:
     return {f: int(row.get(prefix + f) or 0) for f in COUNTER_FIELDS}
-
-
-def stats_by_item(item_ids: list[str]) -> dict[str, dict]:
-    rows = Run.objects.filter(work_item_id__in=item_ids).values("work_item_id").annotate(
-        **{f: Sum(f) for f in COUNTER_FIELDS})
-    out = {i: {f: 0 for f in COUNTER_FIELDS} for i in item_ids}
-    for r in rows:
-        out[r["work_item_id"]] = _stats_from(r)
-    return out
-
-
-def stats_by_action(item_id: str) -> dict[str, dict]:
-    rows = Run.objects.filter(work_item_id=item_id).values("action_id").annotate(**{f: Sum(f) for f in COUNTER_FIELDS})
-    return {r["action_id"]: _stats_from(r) for r in rows}
-
-
-def action_counts_by_item(item_ids: list[str]) -> dict[str, dict]:
-    out: dict[str, dict] = {i: {} for i in item_ids}
-    for r in Action.objects.filter(work_item_id__in=item_ids).values("work_item_id", "status").annotate(n=Count("id")):
-        out[r["work_item_id"]][r["status"]] = r["n"]
-    return out
 
 
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.:@-]+")
@@ -75,66 +55,23 @@ def work_item_list(*, status: str | None = None, session_id: str | None = None, 
 
 
 def _with_summary_fields(page: list[WorkItem]) -> list[WorkItem]:
-    """Attach what WorkItemSummary shows beyond the row: stats, action counts, current action."""
-    ids = [i.pk for i in page]
-    stats = stats_by_item(ids)
-    counts = action_counts_by_item(ids)
-    current = {
-        a["id"]: {"id": a["id"], "type": a["type"], "stage_id": a["stage_id"] or a["type"], "status": a["status"]}
-        for a in Action.objects.filter(pk__in=[i.current_action_id for i in page if i.current_action_id])
-        .values("id", "type", "stage_id", "status")
-    }
+    """Attach what WorkItemSummary shows beyond the row (stats, action counts, current action),
+    from the same batch reads as `work_item_summaries`."""
+    summaries = work_item_summaries([i.pk for i in page])
     for i in page:
-        i.execution_stats = stats[i.pk]
-        i.action_counts = counts[i.pk]
-        i.current_action = current.get(i.current_action_id)
+        s = summaries.get(i.pk)
+        i.execution_stats = s.execution_stats if s else {f: 0 for f in COUNTER_FIELDS}
+        i.action_counts = s.action_counts if s else {}
+        i.current_action = s.current_action if s else None
     return page
 
 
 def work_item_summary(item_id: str) -> WorkItem:
-    """One item as WorkItemSummary shows it: the same fields as `work_item_list` attaches, read
-    in three fixed statements (the live stream renders one per event, right after the commit,
-    and the ORM's statement compilation would cost several times the queries)."""
-    from .services.common import ITEM_ROW
-
-    sql = _summary_sql()
-    with connection.cursor() as cur:
-        cur.execute(sql["item"], [item_id])
-        row = cur.fetchone()
-        if row is None:
-            raise NotFound(f"WorkItem not found: {item_id}", extra={"id": item_id})
-        n = len(ITEM_ROW.fields)
-        item = ITEM_ROW.build(row[:n])
-        a_id, a_type, a_stage, a_status = row[n:]
-        cur.execute(sql["counts"], [item_id])
-        item.action_counts = {status: int(count) for status, count in cur.fetchall()}
-        cur.execute(sql["stats"], [item_id])
-        item.execution_stats = {f: int(v or 0) for f, v in zip(COUNTER_FIELDS, cur.fetchone())}
-    item.current_action = (None if a_id is None or a_id != item.current_action_id
-                           else {"id": a_id, "type": a_type, "stage_id": a_stage or a_type, "status": a_status})
+    """One item as WorkItemSummary shows it (`work_item_summaries` of one id)."""
+    item = work_item_summaries([item_id]).get(item_id)
+    if item is None:
+        raise NotFound(f"WorkItem not found: {item_id}", extra={"id": item_id})
     return item
-
-
-_SUMMARY_SQL: dict[str, dict[str, str]] = {}
-
-
-def _summary_sql() -> dict[str, str]:
-    sql = _SUMMARY_SQL.get(connection.vendor)
-    if sql is None:
-        from .services.common import ITEM_ROW, qn
-
-        action, run, event = (qn(m._meta.db_table) for m in (Action, Run, Event))
-        sums = ", ".join(f"SUM({qn(f)})" for f in COUNTER_FIELDS)
-        sql = _SUMMARY_SQL[connection.vendor] = {
-            "item": (f'SELECT {ITEM_ROW.columns()}, a."id", a."type", a."stage_id", a."status" '
-                     f'FROM {qn(WorkItem._meta.db_table)} i LEFT JOIN {action} a ON a."id" = i."current_action_id" '
-                     f'WHERE i."id" = %s'),
-            "counts": f'SELECT "status", COUNT(*) FROM {action} WHERE "work_item_id" = %s GROUP BY "status"',
-            "stats": f'SELECT {sums} FROM {run} WHERE "work_item_id" = %s',
-            "previous": (f'SELECT (SELECT MAX("id") FROM {event} WHERE "id" < %s), '
-                         f'(SELECT MAX("id") FROM {event} WHERE "work_item_id" = %s AND "id" < %s)'),
-        }
-    return sql
 
 
 def work_item_get(item_id: str) -> WorkItem:
@@ -257,10 +194,7 @@ def event_last_id() -> int:
 def event_previous_ids(event: Event) -> tuple[int, int]:
     """The ids of the stored events just before `event`: overall and of its item (0 when none).
     The live stream sends them along so a consumer can tell a lost message from an id hole."""
-    with stream_read(), connection.cursor() as cur:
-        cur.execute(_summary_sql()["previous"], [event.id, event.work_item_id, event.id])
-        overall, in_item = cur.fetchone()
-    return int(overall or 0), int(in_item or 0)
+    return events_previous_ids([event])[event.id]
 
 
 def run_fence_reason(*, run_id: str, owner_boot_id: str, lease_epoch: int, now=None) -> str:
@@ -471,16 +405,10 @@ def action_with_stats(action: Action) -> Action:
 
 # --- the live stream's batch reads (workcenter/events.py renders committed events in batches) ---
 
-import contextlib  # noqa: E402  (this section's own imports)
-
-from django.db import transaction  # noqa: E402
-
 def events_previous_ids(events_: list[Event], *, wait: bool = True) -> dict[int, tuple[int, int]] | None:
-    """`event_previous_ids` of several events in ONE stream read: {event id: (overall, in-item)}.
-
-    Each pair is exactly what `event_previous_ids(event)` returns (the largest stored ids below
-    the event's, overall and in its item, 0 when none), read in one `stream_read` (on PostgreSQL
-    one exclusive hold of the stream key for the whole batch instead of one per event).
+    """The previous ids of several events in ONE stream read: {event id: (overall, in-item)}, the
+    largest stored ids below each event's, overall and in its item (0 when none), read in one
+    `stream_read` (on PostgreSQL one exclusive hold of the stream key for the whole batch).
     `wait=False` (PostgreSQL): take the stream key only if it is free right now, else return
     None at once. A waiting exclusive request holds back every writer's event insert until the
     writers in flight have committed (their commits then cannot share a WAL flush); a request
@@ -510,8 +438,9 @@ def events_previous_ids(events_: list[Event], *, wait: bool = True) -> dict[int,
 
 
 def work_item_summaries(item_ids) -> dict[str, WorkItem]:
-    """`work_item_summary` of several items in three statements: {item id: item}; unknown ids
-    are left out (no NotFound)."""
+    """Items as WorkItemSummary shows them, in three fixed statements (the live stream renders
+    them per batch right after commits): {item id: item} with `execution_stats`,
+    `action_counts` and `current_action` attached; unknown ids are left out (no NotFound)."""
     from .services.common import ITEM_ROW, hot_cursor, hot_execute
 
     ids = sorted(set(item_ids))

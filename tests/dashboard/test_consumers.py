@@ -1,6 +1,8 @@
 """The live stream (API.md §4) through the real ASGI application with WebsocketCommunicator."""
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import User
@@ -292,8 +294,9 @@ def test_lost_group_messages_are_read_back_from_the_database(store, viewer_token
     monkeypatch.setattr(consumers, "BACKFILL_PAGE", 2)  # the hole spans several pages
 
     def lossy_send(layer, groups, message):
-        if message["type"] == "stream.event" and losing[0]:
-            dropped.append(message["id"])  # the channel layer lost it (e.g. a full channel)
+        if message["type"] in ("stream.event", "stream.events") and losing[0]:
+            # the channel layer lost it (e.g. a full channel); a batch travels as one message
+            dropped.extend(m["id"] for m in message.get("events", [message]))
             return
         real_send(layer, groups, message)
 
@@ -320,11 +323,12 @@ def test_overtaken_message_is_sent_once_in_order(store, viewer_token):
     late copy is dropped."""
     store.linear()
     real_send = events._group_send
-    held = []
+    held, crossed = [], []
 
     def crossing_send(layer, groups, message):
         if message["type"] == "stream.event" and message["message"]["event"]["type"] == "run.claimed":
             held.append((layer, groups, message))
+            crossed.append(message["id"])
             return
         real_send(layer, groups, message)
         while held:
@@ -335,9 +339,11 @@ def test_overtaken_message_is_sent_once_in_order(store, viewer_token):
         events._group_send = crossing_send
         try:
             claim = await db_call(store.claim)()
+            await asyncio.sleep(0.2)  # the claim's message leaves alone, before the completion commits
             await db_call(store.complete)(claim)
         finally:
             events._group_send = real_send
+        assert crossed  # the two messages really crossed
         expected = await db_call(stored_events)(after_id=hello["last_event_id"])
         got = await receive_all(comm, len(expected))
         assert [m["event"]["id"] for m in got] == [e["id"] for e in expected]

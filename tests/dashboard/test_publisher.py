@@ -1,6 +1,6 @@
 """The publisher thread (workcenter/events.py): committed events are rendered off the committing
-thread, in batches (one stream read and one summary read per batch), and leave in id order with
-the previous ids `selectors.event_previous_ids` gives."""
+thread, in batches (one stream read and one summary read per batch), and leave in id order with the
+previous ids of each event (the largest stored ids below it, overall and in its item)."""
 from __future__ import annotations
 
 import asyncio
@@ -61,7 +61,32 @@ def stream_reads(monkeypatch):
 
 
 def expected_previous(ids: list[int]) -> dict[int, tuple[int, int]]:
-    return {i: selectors.event_previous_ids(Event.objects.get(pk=i)) for i in ids}
+    """The previous ids worked out with the ORM, independently of the selectors under test."""
+    from django.db.models import Max
+
+    out = {}
+    for i in ids:
+        item_id = Event.objects.get(pk=i).work_item_id
+        overall = Event.objects.filter(id__lt=i).aggregate(m=Max("id"))["m"] or 0
+        in_item = Event.objects.filter(id__lt=i, work_item_id=item_id).aggregate(m=Max("id"))["m"] or 0
+        out[i] = (overall, in_item)
+    return out
+
+
+def orm_summary(item_id: str) -> tuple:
+    """What WorkItemSummary shows beyond the row, worked out with the ORM."""
+    from collections import Counter
+
+    from workcenter.models import COUNTER_FIELDS, Action, Run, WorkItem
+
+    item = WorkItem.objects.get(pk=item_id)
+    counts = dict(Counter(Action.objects.filter(work_item_id=item_id).values_list("status", flat=True)))
+    runs = list(Run.objects.filter(work_item_id=item_id))
+    stats = {f: sum(getattr(r, f) or 0 for r in runs) for f in COUNTER_FIELDS}
+    current = Action.objects.filter(pk=item.current_action_id).first()
+    return (item.status, item.revision, counts, stats,
+            current and {"id": current.pk, "type": current.type, "stage_id": current.stage_id or current.type,
+                         "status": current.status})
 
 
 def test_burst_is_rendered_in_batches_and_leaves_in_id_order(store, viewer_token, group_messages, stream_reads,
@@ -101,7 +126,7 @@ def test_burst_is_rendered_in_batches_and_leaves_in_id_order(store, viewer_token
     assert {m["work_item"]["status"] for m in got if m["event"]["type"] == "work_item.cancelled"} == {"cancelled"}
 
 
-def test_events_previous_ids_equals_event_previous_ids(store):
+def test_batch_reads_give_each_event_its_previous_ids_and_each_item_its_summary(store):
     a = store.linear(title="A")
     b = store.linear(title="B")
     services.work_item_cancel(item_id=a.pk, now=store.now())
@@ -109,15 +134,17 @@ def test_events_previous_ids_equals_event_previous_ids(store):
     services.work_item_cancel(item_id=b.pk, now=store.now())
     stored = list(Event.objects.order_by("id"))
     assert len(stored) >= 5
-    assert selectors.events_previous_ids(stored) == {e.id: selectors.event_previous_ids(e) for e in stored}
-    assert selectors.events_previous_ids(stored, wait=False) in (None, selectors.events_previous_ids(stored))
+    expected = expected_previous([e.id for e in stored])
+    assert selectors.events_previous_ids(stored) == expected
+    assert {e.id: selectors.event_previous_ids(e) for e in stored} == expected
+    assert selectors.events_previous_ids(stored, wait=False) in (None, expected)
     summaries = selectors.work_item_summaries([a.pk, b.pk, "no-such-item"])
     assert set(summaries) == {a.pk, b.pk}
     for pk in (a.pk, b.pk):
-        one = selectors.work_item_summary(pk)
-        many = summaries[pk]
-        assert (many.status, many.revision, many.action_counts, many.execution_stats, many.current_action) == (
-            one.status, one.revision, one.action_counts, one.execution_stats, one.current_action)
+        for got in (summaries[pk], selectors.work_item_summary(pk)):
+            assert (got.status, got.revision, got.action_counts, got.execution_stats, got.current_action) == \
+                orm_summary(pk)
+    assert any(orm_summary(pk)[2] for pk in (a.pk, b.pk))  # the items have actions to count
 
 
 def _is_stream_or_summary_read(sql: str) -> bool:
@@ -145,7 +172,7 @@ def test_committing_thread_does_not_render(store, viewer_token, group_messages):
     assert sql, "the service's own statements were captured"
     assert not [s for s in sql if _is_stream_or_summary_read(s)], sql
     event = Event.objects.get(pk=message["event"]["id"])
-    assert (group_messages[0]["prev_id"], group_messages[0]["item_prev_id"]) == selectors.event_previous_ids(event)
+    assert (group_messages[0]["prev_id"], group_messages[0]["item_prev_id"]) == expected_previous([event.id])[event.id]
 
 
 def test_publisher_failure_never_reaches_the_caller_and_the_stream_heals(store, viewer_token, monkeypatch):
@@ -286,7 +313,7 @@ def test_redis_groups_nobody_is_in_are_not_rendered(store, redis_layer, stream_r
     message = _on_send_loop(asyncio.wait_for(redis_layer.receive(channel), 5))
     cancel = Event.objects.filter(work_item_id=item.pk).latest("id")
     assert (message["type"], message["id"]) == ("stream.event", cancel.id)
-    assert (message["prev_id"], message["item_prev_id"]) == selectors.event_previous_ids(cancel)
+    assert (message["prev_id"], message["item_prev_id"]) == expected_previous([cancel.id])[cancel.id]
     assert message["message"]["work_item"]["status"] == "cancelled"
     assert [i for batch in stream_reads for i in batch] == [cancel.id]
 
