@@ -84,21 +84,25 @@ def wait_for_port(port: int, proc: subprocess.Popen, log: Path) -> None:
     sys.exit(f"daphne did not listen on port {port} within {SERVER_START_TIMEOUT:.0f} s")
 
 
+def start_server(app: str, log: Path, *, cwd: Path = REPO, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """`python -m daphne APP` on a free local port, its output in `log`; (process, base URL) once
+    it listens."""
+    port = free_port()
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app],
+                                cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    wait_for_port(port, proc, log)
+    return proc, f"http://127.0.0.1:{port}"
+
+
 def start_servers(count: int, logdir: Path) -> tuple[list[subprocess.Popen], list[str]]:
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", DJANGO_DEBUG="0",
                WORKCENTER_LOG_LEVEL="WARNING")
     procs, urls = [], []
     for i in range(count):
-        port = free_port()
-        log = logdir / f"daphne-{i}.log"
-        fh = open(log, "wb")
-        proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                 "workcenter.asgi:application"], cwd=REPO, env=env, stdout=fh,
-                                stderr=subprocess.STDOUT)
-        fh.close()
+        proc, url = start_server("workcenter.asgi:application", logdir / f"daphne-{i}.log", env=env)
         procs.append(proc)
-        wait_for_port(port, proc, log)
-        urls.append(f"http://127.0.0.1:{port}")
+        urls.append(url)
     return procs, urls
 
 

@@ -25,14 +25,16 @@ import argparse
 import http.client
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+import api as apibench  # noqa: E402  (bench/api.py: start_server, stop_servers)
 
 APP = '''
 BODY = b"{}"
@@ -57,31 +59,10 @@ async def app(scope, receive, send):
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_daphne(app: str, cwd: str, env: dict) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app],
-                              cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return server, port
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                sys.exit(f"daphne ({app}) did not start")
-            time.sleep(0.1)
-
-
-def time_requests(port: int, method: str, path: str, body: bytes | None, n: int) -> list[float]:
+def time_requests(url: str, method: str, path: str, body: bytes | None, n: int) -> list[float]:
     """n sequential requests over one keep-alive connection (as the worker's HttpStore sends them)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port)
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port))
     headers = {"Content-Type": "application/json", "Authorization": "Bearer x"}
 
     def one() -> None:
@@ -131,25 +112,25 @@ def main(argv: list[str] | None = None) -> int:
     payload = json.dumps({"owner_boot_id": "floor", "lease_ms": 60000}).encode()
     out: dict = {"body_kb": args.body_kb}
 
-    server, port = start_daphne("floor_app:app", tmp.name, dict(os.environ, PYTHONPATH=tmp.name))
+    logs = Path(tmp.name)
+    server, url = apibench.start_server("floor_app:app", logs / "bare.log", cwd=logs,
+                                        env=dict(os.environ, PYTHONPATH=tmp.name))
     try:
-        bare = time_requests(port, "POST", "/api/v1/claims", payload, args.requests)
+        bare = time_requests(url, "POST", "/api/v1/claims", payload, args.requests)
     finally:
-        server.terminate()
-        server.wait(10)
+        apibench.stop_servers([server])
     out["bare"] = report(f"daphne, bare ASGI app, {args.body_kb:g} KB bodies, one keep-alive client", bare,
                          args.service_actions_per_s)
 
     # Work Center's stack; the 404 reads no database (a throwaway SQLite path keeps it that way)
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", DJANGO_DEBUG="0",
                DATABASE_URL=f"sqlite:///{Path(tmp.name) / 'unused.sqlite3'}", WORKCENTER_LOG_LEVEL="WARNING")
-    server, port = start_daphne("workcenter.asgi:application", str(REPO), env)
+    server, url = apibench.start_server("workcenter.asgi:application", logs / "stack.log", env=env)
     try:
         # a GET: Django's CSRF check would answer a POST outside the API's routes with an HTML 403
-        stack = time_requests(port, "GET", "/api/v1/no-such-route", None, args.requests)
+        stack = time_requests(url, "GET", "/api/v1/no-such-route", None, args.requests)
     finally:
-        server.terminate()
-        server.wait(10)
+        apibench.stop_servers([server])
     out["django_404"] = report("daphne + Django's request cycle (workcenter.asgi), a 404 that runs no API code", stack,
                                args.service_actions_per_s)
     if args.json:
