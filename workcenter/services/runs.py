@@ -181,25 +181,24 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
             guard_params = [WorkItemStatus.RUNNING, action.pk, run.pk]
         followups = event_type == "action.completed" and (
             new_snapshot is not None or (action.type == "review" and sub["review_decision"] == "changes_requested"))
-        if mode_after == "graph" and not followups:
-            # the common case, no follow-up actions: the batch also reads the item's actions (as
-            # they were before it on PostgreSQL: the submitted one is patched) for the status and
-            # the claimable flags, and the item, flag and event writes go as a second batch
-            actions = common.flush_reading_graph(w, item.pk)
-            fault_point("after_run_update")
-            for a in actions:
-                if a.pk == action.pk:
-                    a.status, a.current_run_id, a.claimable = a_status, None, False
-            if event_type == "action.completed":
-                data = {"next_action_count": 0, "review_decision": sub["review_decision"]}
-            common.graph_refresh_locked(w, item, actions, now, where=guard_sql, params=guard_params)
-        elif mode_after == "graph":
-            w.flush()
-            fault_point("after_run_update")
-            event_type, data = _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now)
+        if mode_after == "graph":
+            if followups:  # new actions (a plan) or a reset (changes requested) first
+                w.flush()
+                fault_point("after_run_update")
+                event_type, data = _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now)
+                actions = common.graph_actions(cur, item.pk)
+            else:
+                # the common case: the batch also reads the item's actions (on PostgreSQL as they
+                # were before it, so the submitted one is patched), and the item, flag and event
+                # writes go as a second batch
+                actions = common.flush_reading_graph(w, item.pk)
+                fault_point("after_run_update")
+                for a in actions:
+                    if a.pk == action.pk:
+                        a.status, a.current_run_id, a.claimable = a_status, None, False
+                event_type, data = _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now)
             # one read of the actions for the status and the claimable flags
-            common.graph_refresh_locked(w, item, common.graph_actions(cur, item.pk), now, where=guard_sql,
-                                        params=guard_params)
+            common.graph_refresh_locked(w, item, actions, now, where=guard_sql, params=guard_params)
         else:
             w.flush()
             fault_point("after_run_update")
