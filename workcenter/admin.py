@@ -82,6 +82,14 @@ def pretty_json(value):
                        json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
 
+def json_view(field: str):
+    """A read-only admin field showing the JSON column `field` indented."""
+    @admin.display(description=field.replace("_", " "))
+    def view(self, obj):
+        return pretty_json(getattr(obj, field))
+    return view
+
+
 def when(value: datetime | None) -> str:
     return value.isoformat(timespec="milliseconds") if value else "—"
 
@@ -327,9 +335,19 @@ class ReadOnlyAdmin(ViewOnly, Columns, admin.ModelAdmin):
     """View-only pages with the shared columns; repairs go through admin actions."""
 
     list_per_page = 50
+    repairs: tuple[str, ...] = ()  # names in REPAIRS: the list's admin actions and the change page's buttons
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.repairs:
+            cls.actions = [_repair_action(name) for name in cls.repairs]
 
     def has_repair_permission(self, request):
         return request.user.has_perm(CHANGE)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra = {"repairs": [REPAIRS[n] for n in self.repairs], "can_repair": self.has_repair_permission(request)}
+        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
 
 
 class ReadOnlyInline(ViewOnly, Columns, admin.TabularInline):
@@ -402,7 +420,7 @@ class ActionAdmin(ReadOnlyAdmin):
     list_select_related = ("work_item",)
     ordering = ("-updated_at",)
     inlines = [RunInline]
-    actions = [_repair_action("reset_actions"), _repair_action("mark_actions_failed"), _repair_action("edit_actions")]
+    repairs = ("reset_actions", "mark_actions_failed", "edit_actions")
     readonly_fields = ("brief_view", "context_view", "related")
     exclude = ("brief", "context")
 
@@ -415,18 +433,8 @@ class ActionAdmin(ReadOnlyAdmin):
         return format_html("{} · {}", changelist_link("run", {"action__id__exact": obj.pk}, "runs"),
                            changelist_link("event", {"action_id": obj.pk}, "events"))
 
-    @admin.display(description="brief")
-    def brief_view(self, obj):
-        return pretty_json(obj.brief)
-
-    @admin.display(description="context")
-    def context_view(self, obj):
-        return pretty_json(obj.context)
-
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        extra = {"repairs": [REPAIRS[n] for n in ("reset_actions", "mark_actions_failed", "edit_actions")],
-                 "can_repair": self.has_repair_permission(request)}
-        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
+    brief_view = json_view("brief")
+    context_view = json_view("context")
 
 
 @admin.register(Run)
@@ -439,7 +447,7 @@ class RunAdmin(ReadOnlyAdmin):
     search_fields = ("id", "owner_boot_id", "action__id", "action__stage_id", "work_item__id", "work_item__title")
     list_select_related = ("work_item", "action")
     ordering = ("-started_at",)
-    actions = [_repair_action("release_runs")]
+    repairs = ("release_runs",)
     exclude = ("evidence", "checkpoint", "acceptance_checks", "contract_patch")
     readonly_fields = ("evidence_view", "acceptance_checks_view", "checkpoint_view", "contract_patch_view")
 
@@ -458,25 +466,10 @@ class RunAdmin(ReadOnlyAdmin):
     def events(self, obj):
         return changelist_link("event", {"run_id": obj.pk}, "events")
 
-    @admin.display(description="evidence")
-    def evidence_view(self, obj):
-        return pretty_json(obj.evidence)
-
-    @admin.display(description="acceptance checks")
-    def acceptance_checks_view(self, obj):
-        return pretty_json(obj.acceptance_checks)
-
-    @admin.display(description="checkpoint")
-    def checkpoint_view(self, obj):
-        return pretty_json(obj.checkpoint)
-
-    @admin.display(description="contract patch")
-    def contract_patch_view(self, obj):
-        return pretty_json(obj.contract_patch)
-
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        extra = {"repairs": [REPAIRS["release_runs"]], "can_repair": self.has_repair_permission(request)}
-        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
+    evidence_view = json_view("evidence")
+    acceptance_checks_view = json_view("acceptance_checks")
+    checkpoint_view = json_view("checkpoint")
+    contract_patch_view = json_view("contract_patch")
 
 
 @admin.register(Event)
@@ -509,6 +502,4 @@ class EventAdmin(ReadOnlyAdmin):
         text = json.dumps(obj.data, ensure_ascii=False, default=str)
         return text if len(text) <= 120 else text[:119] + "…"
 
-    @admin.display(description="data")
-    def data_view(self, obj):
-        return pretty_json(obj.data)
+    data_view = json_view("data")
