@@ -313,7 +313,8 @@ def test_integration_workspace_must_be_an_object(api):
 
 # --- dependencies of graph claims --------------------------------------------------------------
 
-def test_claim_carries_dependencies_of_graph_actions(api):
+def _collect_then_judge(api) -> None:
+    """An item whose triage planned two stages: collect, then judge (depends on collect)."""
     api.create(acceptance_criteria=["c1"])
     triage = api.claim()
     plan = {"work_item_type": "analysis", "actions": [
@@ -323,6 +324,10 @@ def test_claim_carries_dependencies_of_graph_actions(api):
     result = api.complete(triage, plan=plan)
     assert result["run"]["status"] == "completed", result["run"]["error"]
     assert result["work_item"]["execution_mode"] == "graph"
+
+
+def test_claim_carries_dependencies_of_graph_actions(api):
+    _collect_then_judge(api)
     collect = api.claim()
     assert collect["action"]["stage_id"] == "collect"
     assert collect["dependencies"] == []
@@ -349,13 +354,7 @@ def test_claim_dependencies_come_from_the_detail_rows(api):
     from workcenter import selectors
 
     # given a graph item whose first stage failed once (retryable) before it completed
-    api.create(acceptance_criteria=["c1"])
-    triage = api.claim()
-    plan = {"work_item_type": "analysis", "actions": [
-        {"id": "collect", "type": "research", "objective": "Collect facts"},
-        {"id": "judge", "type": "analysis", "objective": "Judge", "depends_on_action_ids": ["collect"]},
-    ]}
-    api.complete(triage, plan=plan)
+    _collect_then_judge(api)
     first = api.claim()
     assert api.submit(first, outcome="retryable", error="flaky", summary="first try")["run"]["status"] == "retryable"
     second = api.claim()
