@@ -1,19 +1,35 @@
 """What a worker runs. An executor has `execute(task, report, stop) -> result dict` (API.md §3 submit body
-without the fence). `load_executor("dotted.path.Class")` builds one for `workcenter_worker --executor`."""
+without the fence). `load_executor("dotted.path.Class", **options)` builds one for `workcenter_worker --executor`."""
 from __future__ import annotations
 
 import importlib
+import inspect
 
 DEFAULT_EXECUTOR = "workcenter.executors.simulated.SimulatedExecutor"
+SHELL_EXECUTOR = "workcenter.executors.shell.ShellExecutor"
+
+
+class ExecutorConfigError(ValueError):
+    """The worker cannot start with this executor or its configuration (the message says why)."""
 
 
 def load_executor(path: str | None = None, **kwargs):
     path = path or DEFAULT_EXECUTOR
     module_name, _, attr = path.rpartition(".")
     if not module_name:
-        raise ValueError(f"executor must be a dotted path: {path}")
-    cls = getattr(importlib.import_module(module_name), attr)
-    return cls(**kwargs) if isinstance(cls, type) else cls
+        raise ExecutorConfigError(f"executor must be a dotted path: {path}")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ExecutorConfigError(f"cannot load executor {path}: {exc}") from None
+    if not isinstance(cls, type):
+        return cls
+    if kwargs:
+        try:
+            inspect.signature(cls).bind_partial(**kwargs)
+        except TypeError:
+            raise ExecutorConfigError(f"executor {path} takes no option(s) {', '.join(sorted(kwargs))}") from None
+    return cls(**kwargs)
 
 
 def acceptance_checks(criteria, status: str = "passed", evidence: str = "verified") -> list[dict]:

@@ -4,7 +4,7 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from workcenter.executors import load_executor
+from workcenter.executors import SHELL_EXECUTOR, ExecutorConfigError, load_executor
 from workcenter.worker import HttpStore, LocalStore, Worker
 
 
@@ -16,6 +16,12 @@ class Command(BaseCommand):
         parser.add_argument("--lease-ms", type=int, default=60_000)
         parser.add_argument("--poll-ms", type=int, default=2_000)
         parser.add_argument("--executor", default=None, help="dotted path of the executor class")
+        parser.add_argument("--commands", default=None, metavar="FILE",
+                            help="shell executor: the commands it may run, by name (TOML, or JSON when FILE ends "
+                                 "in .json; or WORKCENTER_SHELL_COMMANDS); implies --executor " + SHELL_EXECUTOR)
+        parser.add_argument("--scripts", default=None, metavar="DIR",
+                            help="shell executor: every executable in DIR is a command named by its file name "
+                                 "(or WORKCENTER_SHELL_SCRIPTS); implies --executor " + SHELL_EXECUTOR)
         parser.add_argument("--once", action="store_true", help="one tick, wait for its runs, exit")
         parser.add_argument("--server", default=None, help="remote Work Center URL (uses the HTTP worker protocol)")
         parser.add_argument("--token", default=None, help="API token for --server (or WORKCENTER_TOKEN)")
@@ -24,6 +30,12 @@ class Command(BaseCommand):
         import os
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        options = {k: opts[k] for k in ("commands", "scripts") if opts[k]}
+        try:
+            executor = load_executor(opts["executor"] or (SHELL_EXECUTOR if options else None), **options)
+        except ExecutorConfigError as exc:
+            self.stderr.write(f"workcenter_worker: {exc}")
+            sys.exit(2)
         server = opts["server"] or os.environ.get("WORKCENTER_SERVER")
         if server:
             token = opts["token"] or os.environ.get("WORKCENTER_TOKEN")
@@ -33,7 +45,7 @@ class Command(BaseCommand):
             store = HttpStore(server, token)
         else:
             store = LocalStore()
-        worker = Worker(store, load_executor(opts["executor"]), concurrency=opts["concurrency"],
+        worker = Worker(store, executor, concurrency=opts["concurrency"],
                         lease_ms=opts["lease_ms"], poll_ms=opts["poll_ms"])
         self.stdout.write(f"worker {worker.boot_id} starting (concurrency {worker.concurrency})")
         self.stdout.flush()
