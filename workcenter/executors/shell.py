@@ -70,7 +70,8 @@ class Command:
     env: dict[str, str] = field(default_factory=dict)
 
     def display(self) -> str:
-        return shlex.join(self.argv)
+        line = shlex.join(self.argv)
+        return line if len(line) <= 300 else line[:299] + "…"
 
 
 # --- the worker's configuration ------------------------------------------------------------------
