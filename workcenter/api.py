@@ -7,9 +7,13 @@ the domain's stable codes to HTTP statuses (API.md §0).
 from __future__ import annotations
 
 import json
+import re
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import DataError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Query, Router
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
@@ -17,7 +21,7 @@ from ninja.responses import Status
 
 from . import render, selectors, services
 from .auth import CHANGE, DEFINE_WORKFLOWS, RUN_ACTIONS, VIEW, actor_of, api_auth
-from .errors import InvalidInput, StaleRun, WorkcenterError
+from .errors import BadRequest, InvalidInput, StaleRun, WorkcenterError
 from .schemas import (
     ActionResultOut,
     ClaimIn,
@@ -62,39 +66,60 @@ STATUS_BY_CODE = {
     "revision_conflict": 409,
     "reservation_active": 409,
     "invalid_input": 422,
+    # beyond API.md §0's table, same body: a request no route takes (workcenter/middleware.py)
+    "method_not_allowed": 405,
+    "request_too_large": 413,
+    "internal_error": 500,
 }
 CODE_BY_STATUS = {400: "bad_request", 401: "not_authenticated", 403: "permission_denied", 404: "not_found",
-                  409: "invalid_state", 422: "invalid_input"}
+                  405: "method_not_allowed", 409: "invalid_state", 413: "request_too_large", 422: "invalid_input",
+                  500: "internal_error"}
 
-# documented error bodies (every route can answer 401/403 and 422)
+# documented error bodies (every route can answer 401/403 and 422; a route with a body, 413)
 ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 422: ErrorOut}
 ITEM_ERRORS = {**ERRORS, 404: ErrorOut, 409: ErrorOut}
-WORKER_ERRORS = {**ERRORS, 409: ErrorOut}
+ITEM_BODY_ERRORS = {**ITEM_ERRORS, 413: ErrorOut}
+WORKER_ERRORS = {**ERRORS, 409: ErrorOut, 413: ErrorOut}
 
 
 # --- parsing -------------------------------------------------------------------------------------
 
+# Deeper nesting is refused (400) before any field sees it; the deepest body the API takes, a
+# workflow definition with action templates, is under 10 levels deep.
+MAX_JSON_DEPTH = 64
+# NUL, and surrogates: json.loads joins escaped pairs, so any left are lone (not UTF-8 encodable)
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
 def _unstorable_text(value, path: str = "") -> str | None:
-    """The path of the first string no database can store (NUL, lone surrogates), else None."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            return path or "body"
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path or "body"
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _unstorable_text(key, path or str(key)) or _unstorable_text(item, path or str(key))
-            if found:
-                return found
-    elif isinstance(value, list):
-        for item in value:
-            found = _unstorable_text(item, path)
-            if found:
-                return found
+    """The path of the first string no database can store (NUL, lone surrogates), else None.
+
+    Raises BadRequest for containers nested deeper than MAX_JSON_DEPTH. Iterative, in document
+    order: a field is named by its top-level key.
+    """
+    stack = [(value, path, 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, str):
+            if _UNSTORABLE.search(value):
+                return path or "body"
+        elif isinstance(value, dict):
+            if depth > MAX_JSON_DEPTH:
+                raise _too_deep()
+            for key in value:
+                if isinstance(key, str) and _UNSTORABLE.search(key):
+                    return path or key
+            stack.extend((item, path or str(key), depth + 1) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            if depth > MAX_JSON_DEPTH:
+                raise _too_deep()
+            stack.extend((item, path, depth + 1) for item in reversed(value))
     return None
+
+
+def _too_deep() -> BadRequest:
+    return BadRequest(f"malformed JSON body: nested deeper than {MAX_JSON_DEPTH} levels",
+                      extra={"max_depth": MAX_JSON_DEPTH})
 
 
 def _refuse_unstorable(field: str) -> InvalidInput:
@@ -102,11 +127,33 @@ def _refuse_unstorable(field: str) -> InvalidInput:
 
 
 class StrictTextParser(Parser):
-    """JSON and query strings, refusing text PostgreSQL cannot store (422, not a driver error)."""
+    """Bodies: JSON objects only, sent as `application/json` in UTF-8 (RFC 8259), refused with 400
+    otherwise (a JSON value that is not an object: 422); refuses text PostgreSQL cannot store (422,
+    not a driver error), in bodies and query strings.
+
+    Requiring the content type also keeps a cross-site form (text/plain needs no CORS preflight)
+    from posting JSON with a victim's session.
+    """
 
     def parse_body(self, request: HttpRequest):
-        data = json.loads(request.body)
-        field = _unstorable_text(data)
+        content_type = (request.content_type or "").lower()
+        if content_type != "application/json":
+            raise BadRequest(f"the body must be sent as Content-Type: application/json, not {content_type or 'none'}",
+                             extra={"content_type": content_type})
+        try:
+            text = request.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadRequest(f"the body is not UTF-8 (invalid byte at position {exc.start})",
+                             extra={"position": exc.start}) from None
+        try:
+            data = json.loads(text)
+        except RecursionError:
+            raise _too_deep() from None
+        except ValueError as exc:
+            raise BadRequest(f"malformed JSON body: {exc}") from None
+        field = _unstorable_text(data)  # first: it refuses nesting too deep, whatever the top level is
+        if not isinstance(data, dict):
+            raise InvalidInput(f"the body must be a JSON object, not {_json_kind(data)}", fields=["body"])
         if field:
             raise _refuse_unstorable(field)
         return data
@@ -132,8 +179,19 @@ api = NinjaAPI(
 
 # --- errors (API.md §0) --------------------------------------------------------------------------
 
-def _error_body(code: str, message: str, extra: dict | None = None) -> dict:
+def _json_kind(value) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", str: "a string", list: "an array"}.get(type(value), "a number")
+
+
+def error_body(code: str, message: str, extra: dict | None = None) -> dict:
     return {"code": code, "message": message, "extra": extra or {}}
+
+
+def body_too_large(limit: int) -> tuple[int, dict]:
+    return 413, error_body("request_too_large", f"the request body is larger than the limit of {limit} bytes",
+                           {"limit_bytes": limit})
 
 
 def _validation_errors(errors: list[dict]) -> list[dict]:
@@ -153,26 +211,28 @@ def _error_of(exc: Exception) -> tuple[int, dict]:
     if isinstance(exc, HttpError) and isinstance(exc.__cause__, WorkcenterError):
         exc = exc.__cause__  # ninja wraps every body-parser error in a 400; ours carry their own code
     if isinstance(exc, WorkcenterError):
-        return STATUS_BY_CODE.get(exc.code, 400), _error_body(exc.code, exc.message, exc.extra)
+        return STATUS_BY_CODE.get(exc.code, 400), error_body(exc.code, exc.message, exc.extra)
     if isinstance(exc, ValidationError):
         errors = _validation_errors(exc.errors)
         detail = "; ".join(f'{e["field"]}: {e["message"]}' for e in errors)
-        return 422, _error_body("invalid_input", f"Invalid input: {detail}", {"errors": errors})
+        return 422, error_body("invalid_input", f"Invalid input: {detail}", {"errors": errors})
     if isinstance(exc, AuthenticationError):
-        return 401, _error_body("not_authenticated", "authentication required: send 'Authorization: Bearer "
+        return 401, error_body("not_authenticated", "authentication required: send 'Authorization: Bearer "
                                                      "<token>' or sign in")
     if isinstance(exc, HttpError):
         code = CODE_BY_STATUS.get(exc.status_code, "bad_request")
         message = str(exc)
         if exc.status_code == 400 and "parse" in message.lower():
             message = f"malformed JSON body: {message}"
-        return exc.status_code, _error_body(code, message)
+        return exc.status_code, error_body(code, message)
     if isinstance(exc, Http404):
-        return 404, _error_body("not_found", str(exc) or "not found")
+        return 404, error_body("not_found", str(exc) or "not found")
+    if isinstance(exc, RequestDataTooBig):  # Django's own check, when its limit is the lower one
+        return body_too_large(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
     if isinstance(exc, (ValueError, DataError)) and ("NUL" in str(exc) or isinstance(exc, UnicodeError)):
         # a path parameter the database cannot compare (bodies and queries are checked earlier)
-        return 422, _error_body("invalid_input", "text must not contain NUL (0x00) characters or invalid Unicode")
-    raise exc
+        return 422, error_body("invalid_input", "text must not contain NUL (0x00) characters or invalid Unicode")
+    raise exc  # to Django: logged with its traceback, answered as a JSON 500 (workcenter/middleware.py)
 
 
 def api_error(request: HttpRequest, exc: Exception) -> HttpResponse:
@@ -181,13 +241,16 @@ def api_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     return api.create_response(request, body, status=status)
 
 
-for _exc in (WorkcenterError, ValidationError, HttpError, Http404, ValueError, DataError):
+# Exception replaces ninja's default, which answers with the traceback as text when DEBUG is on
+for _exc in (WorkcenterError, ValidationError, HttpError, Http404, RequestDataTooBig, ValueError, DataError,
+             Exception):
     api.add_exception_handler(_exc, api_error)
 
 
+@csrf_exempt  # a 404 for any method: no CSRF 403 for a path that does not exist
 def api_not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
     """Unknown paths below /api/v1/ answer like the API, not with Django's HTML page."""
-    return JsonResponse(_error_body("not_found", f"no API route {request.path}"), status=404)
+    return JsonResponse(error_body("not_found", f"no API route {request.path}"), status=404)
 
 
 # --- work items (API.md §2) ----------------------------------------------------------------------
@@ -212,7 +275,7 @@ def work_item_list(request, filters: Query[WorkItemListQuery]):
     return {"items": page, "count": total}
 
 
-@items.post("/work-items", response={201: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
+@items.post("/work-items", response={201: WorkItemDetailOut, **ITEM_BODY_ERRORS}, auth=api_auth(CHANGE))
 def work_item_create(request, payload: CreateWorkItemIn):
     """Create (and by default start) a work item (DOMAIN §8.1)."""
     data = payload.model_dump(exclude_unset=True)
@@ -230,7 +293,8 @@ def work_item_get(request, item_id: str):
     return _detail_response(item_id)
 
 
-@items.patch("/work-items/{item_id}", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
+@items.patch("/work-items/{item_id}", response={200: WorkItemDetailOut, **ITEM_BODY_ERRORS},
+             auth=api_auth(CHANGE))
 def work_item_update(request, item_id: str, payload: UpdateWorkItemIn):
     """Edit title/goal/criteria/work_dir (DOMAIN §8.3); a contract change restarts from triage."""
     patch = payload.model_dump(exclude_unset=True)
@@ -252,7 +316,8 @@ def work_item_cancel(request, item_id: str):
     return _detail_response(item.pk)
 
 
-@items.post("/work-items/{item_id}/retry", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
+@items.post("/work-items/{item_id}/retry", response={200: WorkItemDetailOut, **ITEM_BODY_ERRORS},
+            auth=api_auth(CHANGE))
 def work_item_retry(request, item_id: str, payload: RetryIn = None):
     """Resume a waiting (with `answer`) or needs_attention item (DOMAIN §8.6)."""
     item = services.work_item_retry(item_id=item_id, answer=payload.answer if payload else None,
@@ -267,7 +332,7 @@ def work_item_retry_preview(request, item_id: str):
     return services.work_item_retry_preview(item_id=item_id)
 
 
-@items.post("/work-items/{item_id}/guidance", response={200: WorkItemDetailOut, **ITEM_ERRORS},
+@items.post("/work-items/{item_id}/guidance", response={200: WorkItemDetailOut, **ITEM_BODY_ERRORS},
             auth=api_auth(CHANGE))
 def work_item_guide(request, item_id: str, payload: GuidanceIn):
     """Restart the current action with the user's guidance (DOMAIN §8.5)."""

@@ -21,6 +21,12 @@ class WorkcenterError(Exception):
         return {"code": self.code, "message": self.message, "extra": self.extra}
 
 
+class BadRequest(WorkcenterError):
+    """A request the API cannot read: not JSON, not UTF-8, nested too deeply."""
+
+    code = "bad_request"
+
+
 class NotFound(WorkcenterError):
     code = "not_found"
 

@@ -37,6 +37,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # first: it answers for the API's paths whatever the others would (Host, body size, error pages)
+    "workcenter.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -135,6 +137,11 @@ WORKCENTER_EVENT_POLL_MS = int(os.environ.get("WORKCENTER_EVENT_POLL_MS", "200")
 # Threads serving HTTP requests per server process (workcenter/handlers.py), each with its own
 # database connection.
 WORKCENTER_HTTP_THREADS = int(os.environ.get("WORKCENTER_HTTP_THREADS", "8"))
+# The largest request body in bytes: a larger one is answered with 413 before it is read
+# (workcenter/handlers.py, workcenter/middleware.py). The largest legitimate one, a submission
+# with a 65,536-character response written as JSON escapes, is under 1 MiB.
+WORKCENTER_MAX_BODY_BYTES = int(os.environ.get("WORKCENTER_MAX_BODY_BYTES", str(2 * 1024 * 1024)))
+DATA_UPLOAD_MAX_MEMORY_SIZE = WORKCENTER_MAX_BODY_BYTES  # Django's own check, for forms (admin, sign-in)
 
 LOGGING = {
     "version": 1,

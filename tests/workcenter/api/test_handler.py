@@ -17,6 +17,7 @@ from django.urls import include, path
 
 from workcenter.auth import api_token_create
 from workcenter.handlers import SyncASGIHandler
+from workcenter.models import WorkItem
 
 from .conftest import CHANGE, RUN, VIEW
 
@@ -206,3 +207,63 @@ def test_client_gone_before_the_body_gets_no_response(handler, token):
 def test_websocket_scope_is_refused(handler):
     with pytest.raises(ValueError, match="only handle ASGI/HTTP"):
         run(handler({"type": "websocket"}, None, None))
+
+
+async def _call_counting(app, scope: dict, chunks: list[bytes]):
+    """Run one request whose body arrives in `chunks`; returns (status, JSON body, chunks read)."""
+    incoming = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+    read = 0
+    sent: list[dict] = []
+
+    async def receive():
+        nonlocal read
+        if read < len(incoming):
+            read += 1
+            return incoming[read - 1]
+        await asyncio.sleep(3600)
+
+    async def send(message):
+        sent.append(message)
+
+    await app(scope, receive, send)
+    start, body = sent[0], b"".join(m.get("body", b"") for m in sent[1:])
+    return start["status"], dict(start["headers"]), json.loads(body), read
+
+
+def test_declared_body_over_the_limit_is_refused_unread(handler, token, settings):
+    # given a request declaring a body one byte over the limit
+    settings.WORKCENTER_MAX_BODY_BYTES = 1_000
+    scope = _scope("POST", "/api/v1/work-items", token=token)
+    scope["headers"].append((b"content-length", b"1001"))
+    # when it is handled
+    status, headers, body, read = run(_call_counting(handler, scope, [b"x" * 1001]))
+    # then it is answered 413 with the limit, before a byte of the body was received
+    assert status == 413 and headers[b"Content-Type"] == b"application/json"
+    assert body["code"] == "request_too_large" and body["extra"] == {"limit_bytes": 1_000}
+    assert read == 0
+
+
+def test_body_without_a_length_is_cut_off_at_the_limit(handler, token, settings):
+    # given a body sent without Content-Length (chunked), in ten messages of 400 bytes
+    settings.WORKCENTER_MAX_BODY_BYTES = 1_000
+    status, _, body, read = run(_call_counting(handler, _scope("POST", "/api/v1/work-items", token=token),
+                                               [b" " * 400] * 10))
+    # then reading stops at the message that passes the limit
+    assert status == 413 and body["extra"] == {"limit_bytes": 1_000}
+    assert read == 3
+    assert WorkItem.objects.count() == 0
+
+
+def test_body_at_the_limit_without_a_length_is_read(handler, token, settings):
+    settings.WORKCENTER_MAX_BODY_BYTES = 1_000
+    raw = json.dumps({"title": "Chunked", "goal": "g"}).encode().ljust(1_000)
+    status, _, body, read = run(_call_counting(handler, _scope("POST", "/api/v1/work-items", token=token),
+                                               [raw[:500], raw[500:]]))
+    assert status == 201 and body["title"] == "Chunked" and read == 2
+
+
+def test_query_string_that_is_not_utf8_is_a_json_400(handler, token):
+    # Django builds no request for it, so no middleware runs: the handler answers for the API
+    status, headers, raw, _ = run(_call(handler, _scope("GET", "/api/v1/events", token=token, query=b"limit=\xff")))
+    assert status == 400 and headers[b"Content-Type"] == b"application/json"
+    assert json.loads(raw)["code"] == "bad_request"
