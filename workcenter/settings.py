@@ -121,12 +121,12 @@ LOGIN_REDIRECT_URL = "/"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000},
-        }
-    }
+    # The Redis client's timeouts are set explicitly, whatever the URL holds: redis-py's default
+    # read timeout (5 s since 8.0) would end channels_redis's blocking receive and close every
+    # idle websocket (workcenter/redis_layer.py).
+    from workcenter.redis_layer import redis_channel_layers
+
+    CHANNEL_LAYERS = redis_channel_layers(REDIS_URL)
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 
 from tests.live import free_port, start_daphne, stop_process
+from workcenter.redis_layer import redis_channel_layers
 
 REDIS_URL = os.environ.get("WORKCENTER_BROWSER_REDIS_URL", "redis://127.0.0.1:6379/11")
 CHROMIUM = os.environ.get("WORKCENTER_CHROMIUM", "/usr/bin/chromium")
@@ -20,8 +21,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 
 def redis_layer() -> dict:
-    return {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000}}}
+    return redis_channel_layers(REDIS_URL)
 
 
 class LiveServer:

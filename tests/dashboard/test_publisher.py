@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from dashboard.consumers import WorkItemStreamConsumer
 from workcenter import events, selectors, services
 from workcenter.models import Event
+from workcenter.redis_layer import redis_layer_config
 
 from .conftest import TIMEOUT, open_stream, receive_all, run
 
@@ -281,7 +282,7 @@ def redis_layer(monkeypatch):
         redis.Redis.from_url(REDIS_URL).ping()
     except redis.RedisError:
         pytest.skip(f"no Redis at {REDIS_URL}")
-    layer = RedisChannelLayer(hosts=[REDIS_URL])
+    layer = RedisChannelLayer(**redis_layer_config(REDIS_URL))
     monkeypatch.setattr(events, "get_channel_layer", lambda: layer)
     monkeypatch.setattr(events, "_stream_loop", None)  # no websocket server: the publisher's own loop
     asyncio.run_coroutine_threadsafe(layer.flush(), events._send_loop()).result(10)

@@ -17,6 +17,7 @@ from dashboard.consumers import WorkItemStreamConsumer
 from dashboard.pump import pump
 from workcenter import services
 from workcenter.models import Event
+from workcenter.redis_layer import redis_channel_layers
 from tests.live import ROOT, Listener, database_url, free_port, port_open, wait_until
 
 from .conftest import TIMEOUT, open_stream, receive_all, run
@@ -179,8 +180,7 @@ def test_pump_setting_zero_turns_it_off(store, viewer_token, settings):
 
 def test_pump_is_off_with_a_redis_layer(store, viewer_token, settings, group_deliveries):
     redis.Redis.from_url(REDIS_URL).flushdb()  # a Redis that is down fails here, loudly
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                                           "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000}}}
+    settings.CHANNEL_LAYERS = redis_channel_layers(REDIS_URL)
 
     async def scenario():
         before = pump.polls
