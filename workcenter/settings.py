@@ -138,9 +138,11 @@ WORKCENTER_EVENT_POLL_MS = int(os.environ.get("WORKCENTER_EVENT_POLL_MS", "200")
 # database connection.
 WORKCENTER_HTTP_THREADS = int(os.environ.get("WORKCENTER_HTTP_THREADS", "8"))
 # The largest request body in bytes: a larger one is answered with 413 before it is read
-# (workcenter/handlers.py, workcenter/middleware.py). The largest legitimate one, a submission
-# with a 65,536-character response written as JSON escapes, is under 1 MiB.
-WORKCENTER_MAX_BODY_BYTES = int(os.environ.get("WORKCENTER_MAX_BODY_BYTES", str(2 * 1024 * 1024)))
+# (workcenter/handlers.py, workcenter/middleware.py). It bounds every text field too (a goal, a
+# brief). The largest body a worker needs, a submission whose response holds the 65,536
+# characters the store keeps (DOMAIN §12.3), is at most 0.8 MiB even when every character is
+# written as a JSON escape.
+WORKCENTER_MAX_BODY_BYTES = int(os.environ.get("WORKCENTER_MAX_BODY_BYTES", str(1024 * 1024)))
 DATA_UPLOAD_MAX_MEMORY_SIZE = WORKCENTER_MAX_BODY_BYTES  # Django's own check, for forms (admin, sign-in)
 
 LOGGING = {

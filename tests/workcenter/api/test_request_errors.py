@@ -78,7 +78,7 @@ def _fill(path: str, claim: dict, draft: dict) -> str:
 
 @pytest.mark.django_db
 class TestBodies:
-    @pytest.mark.parametrize("size", [3 * MB, 30 * MB])
+    @pytest.mark.parametrize("size", [2 * MB, 3 * MB, 30 * MB])
     def test_body_over_the_limit_is_413_with_the_limit(self, api, settings, size):
         # given a stored item
         item = api.create()
@@ -101,6 +101,14 @@ class TestBodies:
         body = api_error(api.post("/work-items", at_limit.replace('"Edge"', '"Edge!"')), 413, "request_too_large")
         assert body["extra"] == {"limit_bytes": 2_000}
         assert WorkItem.objects.count() == 1
+
+    def test_largest_submission_a_worker_needs_fits_the_default_limit(self, api, running):
+        # a response of the 65,536 characters the store keeps, each one sent as a 12-byte JSON escape
+        claim, _ = running
+        response = "\U0001F600" * 65_536
+        assert len(json.dumps({"response": response})) > 780_000
+        api.complete(claim, response=response)
+        assert Run.objects.get(pk=claim["run"]["id"]).response == response
 
     def test_django_upload_limit_below_the_setting_is_413_too(self, api, settings):
         # an operator's lower DATA_UPLOAD_MAX_MEMORY_SIZE: Django refuses when ninja reads the body
