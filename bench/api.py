@@ -31,6 +31,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -84,6 +85,12 @@ def wait_for_port(port: int, proc: subprocess.Popen, log: Path) -> None:
     sys.exit(f"daphne did not listen on port {port} within {SERVER_START_TIMEOUT:.0f} s")
 
 
+def production_env() -> dict[str, str]:
+    """Debug off, as in production: a server then refuses the development key and any host."""
+    return {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost"}
+
+
 def start_server(app: str, log: Path, *, cwd: Path = REPO, env: dict | None = None) -> tuple[subprocess.Popen, str]:
     """`python -m daphne APP` on a free local port, its output in `log`; (process, base URL) once
     it listens."""
@@ -96,8 +103,8 @@ def start_server(app: str, log: Path, *, cwd: Path = REPO, env: dict | None = No
 
 
 def start_servers(count: int, logdir: Path) -> tuple[list[subprocess.Popen], list[str]]:
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", DJANGO_DEBUG="0",
-               WORKCENTER_LOG_LEVEL="WARNING")
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", WORKCENTER_LOG_LEVEL="WARNING",
+               **production_env())
     procs, urls = [], []
     for i in range(count):
         proc, url = start_server("workcenter.asgi:application", logdir / f"daphne-{i}.log", env=env)

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                          args.service_actions_per_s)
 
     # Work Center's stack; the 404 reads no database (a throwaway SQLite path keeps it that way)
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", DJANGO_DEBUG="0",
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", **apibench.production_env(),
                DATABASE_URL=f"sqlite:///{Path(tmp.name) / 'unused.sqlite3'}", WORKCENTER_LOG_LEVEL="WARNING")
     server, url = apibench.start_server("workcenter.asgi:application", logs / "stack.log", env=env)
     try:

@@ -30,6 +30,7 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -97,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         os.environ.pop("REDIS_URL", None)
     os.environ.setdefault("WORKCENTER_LOG_LEVEL", "WARNING")
+    # debug off (svcbench.django_setup): the server refuses the development key and any host
+    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+    os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
     svcbench.django_setup()
 
     from django.conf import settings

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -49,7 +50,10 @@ def wait_until(pred, timeout: float, step: float = 0.05) -> bool:
 def start_daphne(port: int, env: dict | None = None, *, stdout=subprocess.DEVNULL, timeout: float = 60) -> subprocess.Popen:
     """daphne on 127.0.0.1:`port` over the test database (`env` overrides the environment);
     returns once the port accepts connections, raises if the server exits first."""
-    full_env = dict(os.environ, DATABASE_URL=database_url(), PYTHONUNBUFFERED="1", **(env or {}))
+    env = dict(env or {})
+    if env.get("DJANGO_DEBUG") == "0":  # a production server refuses the development key and any host
+        env = {"DJANGO_SECRET_KEY": secrets.token_urlsafe(50), "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost", **env}
+    full_env = dict(os.environ, DATABASE_URL=database_url(), PYTHONUNBUFFERED="1", **env)
     full_env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # servers keep Django's async safety checks
     proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                              "workcenter.asgi:application"], cwd=ROOT, env=full_env,

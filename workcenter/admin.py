@@ -33,32 +33,10 @@ from .errors import WorkcenterError
 from .models import Action, Event, Run, RunStatus, WorkItem, WorkspaceMode
 from .services.repairs import MAX_ATTEMPTS_LIMIT, MAX_REASON
 
-# The dashboard's status colours (UI.md): the badge always carries its text label as well.
-STATUS_COLOURS = {
-    "draft": "#64748b",
-    "ready": "#475569",
-    "running": "#2563eb",
-    "waiting": "#d97706",
-    "needs_attention": "#dc2626",
-    "failed": "#dc2626",
-    "completed": "#16a34a",
-    "done": "#16a34a",
-    "retryable": "#d97706",
-    "interrupted": "#d97706",
-    "superseded": "#6b7280",
-    "cancelled": "#6b7280",
-}
-MUTED = ("superseded", "cancelled")
-
-
 def status_badge(status: str):
-    colour = STATUS_COLOURS.get(status, "#64748b")
-    outline = "dashed" if status in MUTED else "solid"
-    return format_html(
-        '<span class="wc-badge wc-{}" style="display:inline-block;padding:1px 7px;border-radius:9px;'
-        'border:1px {} {};color:{};font-weight:600;white-space:nowrap">{}</span>',
-        status, outline, colour, colour, status.replace("_", " "),
-    )
+    """The dashboard's status colours (UI.md), from static/dashboard/admin.css (the
+    Content-Security-Policy refuses style="" markup); the badge always carries its text label."""
+    return format_html('<span class="wc-badge wc-{}">{}</span>', status, status.replace("_", " "))
 
 
 def short(value: str | None) -> str:
@@ -78,7 +56,7 @@ def changelist_link(model: str, params: dict, text: str):
 
 
 def pretty_json(value):
-    return format_html('<pre style="white-space:pre-wrap;margin:0">{}</pre>',
+    return format_html('<pre class="wc-json">{}</pre>',
                        json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
 

@@ -1,7 +1,8 @@
 """Django settings for Work Center.
 
 Configuration comes from the environment (API.md §6): DATABASE_URL, REDIS_URL,
-DJANGO_SECRET_KEY, DJANGO_DEBUG, DJANGO_ALLOWED_HOSTS, WORKCENTER_DEFAULT_WORK_DIR.
+DJANGO_SECRET_KEY, DJANGO_DEBUG, DJANGO_ALLOWED_HOSTS, WORKCENTER_DEFAULT_WORK_DIR; behind a
+TLS-terminating proxy DJANGO_SECURE_PROXY, DJANGO_CSRF_TRUSTED_ORIGINS, DJANGO_HSTS_SECONDS.
 """
 import os
 from pathlib import Path
@@ -18,9 +19,27 @@ def _env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "workcenter-development-key-change-me-in-production")
-DEBUG = _env_bool("DJANGO_DEBUG", True)
-ALLOWED_HOSTS = [h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",") if h.strip()]
+# Production by default. Debug is on only where asked for: `manage.py demo` sets DJANGO_DEBUG=1
+# for the processes it starts, and a pytest run (pytest sets PYTEST_VERSION for its own process
+# and every server it starts) defaults to debug on, as `DJANGO_DEBUG=1` would.
+DEBUG = _env_bool("DJANGO_DEBUG", "PYTEST_VERSION" in os.environ)
+# With debug off, who refuses the development key, a weak key and ALLOWED_HOSTS `*` or empty
+# (workcenter/security.py, one list of problems, each naming its variable):
+# * every process that serves the site refuses to start: anything that imports workcenter.asgi,
+#   i.e. daphne (or any ASGI server) and `manage.py runserver`. They sign sessions, CSRF tokens
+#   and password-reset links with the key, and answer to the Host header.
+# * `manage.py check --deploy` reports the same problems as errors (workcenter.E001, E002).
+# * everything else starts: `manage.py migrate`, `recover_runs`, `collectstatic`, `createsuperuser`
+#   and the workers sign nothing and answer no request, and a worker on another machine
+#   (`workcenter_worker --server URL`) holds only its API token, not the server's secrets. So
+#   the one-time steps of a deployment run before its secrets are in place, and CI's
+#   `manage.py check` / `makemigrations --check` run without any.
+from workcenter.security import DEVELOPMENT_SECRET_KEY  # noqa: E402 (also registers the deploy checks)
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or DEVELOPMENT_SECRET_KEY
+# Debug on: any host (the demo may listen on a LAN address). Debug off: only the named ones.
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "*" if DEBUG else "").split(",")
+                 if h.strip()]
 
 INSTALLED_APPS = [
     "daphne",  # must come first so runserver serves websockets
@@ -40,6 +59,7 @@ MIDDLEWARE = [
     # first: it answers for the API's paths whatever the others would (Host, body size, error pages)
     "workcenter.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "workcenter.security.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -112,12 +132,48 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# Static files are served by the web process itself (workcenter/staticfiles.py, WhiteNoise's file
+# index at the ASGI level, before Django's request cycle), so a daphne process needs no separate
+# file server and works offline. Debug on: straight from the app directories, re-read on every
+# request (no collectstatic). Debug off: from STATIC_ROOT as `manage.py collectstatic --noinput`
+# left it (one step of every deployment: gzip variants made once, served with ETag and a short
+# max-age); before the first collectstatic, from the app directories, indexed once at start,
+# uncompressed, with a warning in the log.
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT") or BASE_DIR / "staticfiles")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # no hashed names: the dashboard's ES modules import each other by plain relative URLs
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
+
+# Behind a TLS-terminating reverse proxy (README "Running it for a team"), DJANGO_SECURE_PROXY=1:
+# the proxy says a request came over HTTPS with `X-Forwarded-Proto: https` (it must set that
+# header itself, overwriting what the client sent), cookies travel over HTTPS only, browsers are
+# told to use HTTPS for a year (HSTS), and a plain-HTTP request is redirected. The proxy must pass
+# the original Host header: Django's host and CSRF checks and the websocket Origin check
+# (dashboard/routing.py) compare against it. DJANGO_CSRF_TRUSTED_ORIGINS (comma-separated
+# `https://name` origins) adds origins that differ from that Host; websockets honour it too.
+SECURE_PROXY = _env_bool("DJANGO_SECURE_PROXY", False)
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+if SECURE_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = _env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", str(365 * 24 * 3600)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", True)
+    # `preload` asks browsers' built-in HSTS lists to include the domain, which anyone may then
+    # submit and which is slow to undo: an operator's decision (DJANGO_HSTS_PRELOAD=1), so
+    # check --deploy's reminder about it (security.W021) is silenced.
+    SECURE_HSTS_PRELOAD = _env_bool("DJANGO_HSTS_PRELOAD", False)
+    SILENCED_SYSTEM_CHECKS = ["security.W021"]
+# (CSRF_COOKIE_HTTPONLY stays off: the pages' script reads the csrftoken cookie for the API's
+# unsafe calls, static/dashboard/common.js.)
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:

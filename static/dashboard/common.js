@@ -25,6 +25,8 @@ export function h(tag, attrs = {}, ...children) {
     else if (k === "dataset") Object.assign(el.dataset, v);
     else if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
     else if (k === "text") el.textContent = v;
+    // through the CSSOM: the Content-Security-Policy (style-src 'self') refuses style="" markup
+    else if (k === "style") el.style.cssText = v;
     else el.setAttribute(k, v === true ? "" : v);
   }
   for (const c of children.flat()) {

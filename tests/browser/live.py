@@ -25,17 +25,19 @@ def redis_layer() -> dict:
 
 
 class LiveServer:
-    def __init__(self, log_path: Path):
+    def __init__(self, log_path: Path, env: dict | None = None):
+        """`env` adds to (or overrides) the server's environment: debug on, this Redis layer."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        self.env = env or {}
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "LiveServer":
         self.log = open(self.log_path, "wb")
         try:
-            self.proc = start_daphne(self.port, {"REDIS_URL": REDIS_URL, "DJANGO_DEBUG": "1"}, stdout=self.log,
-                                     timeout=30)
+            self.proc = start_daphne(self.port, {"REDIS_URL": REDIS_URL, "DJANGO_DEBUG": "1", **self.env},
+                                     stdout=self.log, timeout=30)
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}: {self.log_path.read_text(errors='replace')[-2000:]}") from None
         return self

@@ -145,6 +145,9 @@ class Command(BaseCommand):
         if opts["no_serve"]:
             return
         env = dict(os.environ)
+        # a local trial: debug on (development key, any host, static files from the app
+        # directories) unless DJANGO_DEBUG says otherwise
+        env.setdefault("DJANGO_DEBUG", "1")
         env.setdefault("WORKCENTER_SIM_SCALE", "2.0")
         # only this web server honours the one-time sign-in link printed below
         server_env = dict(env, **{DEMO_LOGIN_ENV: "1"})

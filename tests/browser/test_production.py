@@ -1,0 +1,157 @@
+"""Production mode in a real browser: daphne with debug off and the documented production
+environment (behind a TLS-terminating proxy), its static files from collectstatic, every page
+under the Content-Security-Policy without a violation, and the live stream up."""
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import pytest
+from django.contrib.auth.models import User
+
+from tests.conftest import Clock, Store, make_graph
+from tests.production import manage, production_env
+
+from .conftest import PASSWORD
+from .live import LiveServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+STAGES = [
+    {"id": "survey", "type": "research", "mode": "read"},
+    {"id": "build", "deps": ["survey"], "type": "implement", "mode": "isolated-write"},
+    {"id": "check", "deps": ["build"], "type": "review"},
+]
+
+# Every CSP violation of a page, caught before its own scripts run (Playwright's init scripts
+# are not subject to the page's policy).
+WATCH_CSP = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__cspViolations.push(`${e.violatedDirective} blocked ${e.blockedURI || "inline"} at ${e.sourceFile}:${e.lineNumber}`);
+});
+"""
+
+
+@pytest.fixture(scope="module")
+def production_server(django_db_setup, django_db_blocker, tmp_path_factory):
+    """The TLS-terminating proxy is played by the browser itself: every request carries
+    `X-Forwarded-Proto: https`, as the proxy would add (so no SSL redirect), while the page's own
+    origin stays http://127.0.0.1:PORT, which the CSRF check is told to trust."""
+    static_root = tmp_path_factory.mktemp("static")
+    env = production_env(DJANGO_ALLOWED_HOSTS="127.0.0.1", DJANGO_STATIC_ROOT=str(static_root))
+    collect = manage("collectstatic", "--noinput", env=env)
+    assert collect.returncode == 0, collect.stderr
+    server = LiveServer(tmp_path_factory.mktemp("daphne") / "daphne.log", env)
+    server.env["DJANGO_CSRF_TRUSTED_ORIGINS"] = server.url
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def watched(browser, production_server):
+    """A browser context as behind the proxy, and the problems its pages met: CSP violations
+    (read per page with `violations(page)`), script errors, failed or refused requests."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900},
+                                  extra_http_headers={"X-Forwarded-Proto": "https"})
+    context.add_init_script(WATCH_CSP)
+    problems: list[str] = []
+    context.on("weberror", lambda e: problems.append(f"script error: {e.error}"))
+    context.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} {r.failure}"))
+    context.on("response", lambda r: problems.append(f"{r.status} for {r.url}") if r.status >= 400 else None)
+    context.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    yield context, problems
+    context.close()
+    assert not problems, problems
+
+
+def violations(page) -> list[str]:
+    return page.evaluate("window.__cspViolations")
+
+
+def visit(page, url: str, ready: str) -> None:
+    response = page.goto(url)
+    assert response.status == 200, (url, response.status)
+    headers = response.headers
+    assert "script-src 'self'" in headers["content-security-policy"], url
+    assert headers["strict-transport-security"].startswith("max-age="), url
+    page.wait_for_selector(ready)
+    assert violations(page) == [], url
+
+
+def styled(page) -> bool:
+    """dashboard.css (a collected, compressed static file) is applied."""
+    return page.evaluate("getComputedStyle(document.querySelector('.topbar')).display") == "flex"
+
+
+def sign_in(page, url: str, username: str) -> None:
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("[type=submit]")
+    page.wait_for_url(url)
+
+
+def test_pages_and_static_files_load_under_the_policy_and_the_stream_goes_live(production_server, watched, lead, bg):
+    context, _ = watched
+    item = bg(make_graph, Store(Clock()), STAGES, title="Production page")
+    base = production_server.url
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+
+    visit(page, f"{base}/accounts/login/", "#id_username")
+    assert styled(page)
+    sign_in(page, f"{base}/", "lead")
+    page.wait_for_selector(f'#items tr[data-id="{item.pk}"]')
+    page.wait_for_selector('#conn[data-state="live"]')
+    assert violations(page) == []
+    assert styled(page)
+    # the progress bar's widths are set through the CSSOM, which the policy allows
+    assert page.locator(".progress-seg").count() > 0
+
+    visit(page, f"{base}/work-items/{item.pk}/", "#graph g.node")
+    page.wait_for_selector('#conn[data-state="live"]')
+    assert violations(page) == []
+
+    cookies = {c["name"]: c for c in context.cookies()}
+    assert cookies["sessionid"]["secure"] and cookies["sessionid"]["httpOnly"]
+    assert cookies["csrftoken"]["secure"]
+
+
+def test_django_admin_and_the_api_docs_work_under_the_policy(production_server, watched, transactional_db, bg):
+    context, _ = watched
+    User.objects.create_superuser("root", password=PASSWORD)
+    item = bg(make_graph, Store(Clock()), STAGES, title="Admin page")
+    action = item.actions.order_by("sequence").first()
+    base = production_server.url
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+
+    visit(page, f"{base}/admin/login/", "#id_username")
+    assert page.evaluate("getComputedStyle(document.querySelector('#header')).display") != "inline"  # admin CSS
+    sign_in(page, f"{base}/admin/", "root")
+    assert violations(page) == []
+    # a change page with the repair buttons (styled from admin.css, not inline) and admin scripts
+    visit(page, f"{base}/admin/workcenter/action/{action.pk}/change/", "button.wc-repair-tool")
+    assert page.evaluate("getComputedStyle(document.querySelector('button.wc-repair-tool')).borderRadius") == "15px"
+    visit(page, f"{base}/admin/workcenter/action/", "#result_list")
+    page.check("#action-toggle")  # actions.js, an admin script, runs
+    assert page.locator("tr.selected").count() >= 1
+    assert violations(page) == []
+
+    visit(page, f"{base}/api/v1/docs", ".swagger-ui .info .title")
+    page.wait_for_selector(".swagger-ui .opblock")  # the schema was fetched and rendered
+    assert violations(page) == []
+
+
+def test_plain_http_is_redirected_to_https(production_server):
+    request = urllib.request.Request(f"{production_server.url}/accounts/login/")
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.build_opener(NoRedirect).open(request, timeout=10)
+    assert caught.value.code == 301
+    assert caught.value.headers["Location"] == f"https://127.0.0.1:{production_server.port}/accounts/login/"
