@@ -10,8 +10,9 @@ Two phases:
 
 1. *Read*: open the file read-only, check that it is a reference database, and convert every row
    into model instances in memory (timestamps to aware UTC datetimes, JSON parsed, keys inside JSON
-   values converted to snake_case, defaults applied). Any problem raises `ReferenceImportError`
-   before anything is written.
+   values converted to snake_case, defaults applied, run evidence and checkpoints and the
+   evidence inside action context entries normalised as on write: DOMAIN §12.4, §12.5). Any
+   problem raises `ReferenceImportError` before anything is written.
 2. *Write*: one store transaction. Work items already present (by id) are skipped together with
    their actions, runs and events, which makes a second import of the same file a no-op; new items
    are inserted with their ids, their actions and runs keep their ids and statuses (a `running` run
@@ -46,6 +47,7 @@ from .models import (
     WorkspaceMode,
 )
 from .services.common import canonicalize_dir, store_transaction, sync_claimable
+from .services.normalize import context_on_read, normalize_checkpoint, normalize_evidence
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 REQUIRED_TABLES = ("work_items", "actions", "runs", "events")
@@ -324,7 +326,7 @@ def _action_from_row(r: dict) -> Action:
         required_role=as_text(r.get("required_role"), ""),
         instruction=as_text(r.get("instruction"), ""),
         brief=parse_json(r.get("brief"), None, dict),
-        context=parse_json(r.get("context"), [], list),
+        context=context_on_read(parse_json(r.get("context"), [], list)),
         contract_revision=as_int(r.get("contract_revision"), 1),
         status=_status(r.get("status"), ActionStatus, "actions", r["id"]),
         attempt=as_int(r.get("attempt"), 0),
@@ -356,14 +358,14 @@ def _run_from_row(r: dict, work_item_id: str) -> Run:
         tool_policy_snapshot=parse_json(r.get("tool_policy_snapshot"), None, dict),
         response=as_text(r.get("response"), ""),
         summary=as_text(r.get("summary"), ""),
-        evidence=parse_json(r.get("evidence"), [], list),
+        evidence=normalize_evidence(parse_json(r.get("evidence"), [], list)),
         waiting_reason=as_text_or_none(r.get("waiting_reason")),
         error=as_text_or_none(r.get("error")),
         review_decision=review if review in ("approved", "changes_requested") else None,
         contract_patch=parse_json(r.get("contract_patch"), None, dict),
         acceptance_checks=parse_json(r.get("acceptance_checks"), [], list),
         progress_revision=max(0, as_int(r.get("progress_revision"), 0)),
-        checkpoint=parse_json(r.get("checkpoint"), None, dict),
+        checkpoint=normalize_checkpoint(parse_json(r.get("checkpoint"), None, dict)),
     )
     for name in COUNTER_FIELDS:
         setattr(run, name, as_counter(r.get(name)))

@@ -7,6 +7,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from .fields import CheckpointField, ContextField, EvidenceField
+
 
 def new_id() -> str:
     return str(uuid.uuid4())
@@ -111,7 +113,7 @@ class Action(models.Model):
     required_role = models.CharField(max_length=200, default="", blank=True)
     instruction = models.TextField(default="", blank=True)
     brief = models.JSONField(null=True, blank=True)
-    context = models.JSONField(default=list, blank=True)
+    context = ContextField(default=list, blank=True)  # evidence normalised on read
     contract_revision = models.IntegerField(default=1)
     status = models.CharField(max_length=32, choices=ActionStatus.choices, default=ActionStatus.READY)
     attempt = models.IntegerField(default=0)
@@ -164,7 +166,7 @@ class Run(models.Model):
     tool_policy_snapshot = models.JSONField(null=True, blank=True)
     response = models.TextField(default="", blank=True)
     summary = models.TextField(default="", blank=True)
-    evidence = models.JSONField(default=list, blank=True)
+    evidence = EvidenceField(default=list, blank=True)  # normalised on read (DOMAIN §12.4)
     waiting_reason = models.TextField(null=True, blank=True)
     error = models.TextField(null=True, blank=True)
     review_decision = models.CharField(max_length=32, null=True, blank=True)
@@ -179,7 +181,7 @@ class Run(models.Model):
     cache_write_tokens = models.BigIntegerField(default=0)
     total_tokens = models.BigIntegerField(default=0)
     progress_revision = models.IntegerField(default=0)
-    checkpoint = models.JSONField(null=True, blank=True)
+    checkpoint = CheckpointField(null=True, blank=True)  # normalised on read (DOMAIN §12.5)
 
     class Meta:
         indexes = [

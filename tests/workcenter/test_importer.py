@@ -650,3 +650,219 @@ def test_orphan_rows_are_skipped(tmp_path):
     assert counts["actions"] == {"imported": 2, "skipped": 1}
     assert counts["events"] == {"imported": 4, "skipped": 1}
     assert not Action.objects.filter(pk="orphan-a").exists()
+
+
+# --- raw evidence and checkpoint forms (DOMAIN §12.4, §12.5: normalised on write and on read) ----
+
+NOT_JSON = "{not json"  # a column text that does not parse (the reference reads it as the default)
+
+# Each value as an older version could have stored it in `runs.evidence`.
+EVIDENCE_FORMS = {
+    "bare-string": ["ran the suite"],
+    "padded-string": ["   padded   "],
+    "blank-string": ["   ", ""],
+    "long-string": ["s" * 499 + " tail"],
+    "tool-error-stdout": [{"tool": "Bash", "is_error": True, "stdout": "Traceback ..."}],
+    "tool-camel-is-error": [{"tool": "Bash", "isError": True, "stdout": "boom"}],
+    "tool-ok-stdout": [{"tool": " Read ", "is_error": False, "stdout": "contents", "exitCode": 0}],
+    "tool-without-flag": [{"tool": "Grep"}],
+    "tool-truthy-flag": [{"tool": "Grep", "is_error": "true"}],
+    "tool-blank": [{"tool": "  ", "is_error": True}],
+    "tool-not-a-string": [{"tool": 5, "kind": "text", "label": "kept as text"}],
+    "object-extra-keys": [{"kind": "test", "label": "pytest", "status": "passed", "stdout": "3 passed",
+                           "durationMs": 40, "raw": {"nested": True}}],
+    "object-trims-and-drops": [{"kind": "link", "label": " docs ", "ref": "  https://x.test/d  ", "status": "bogus"}],
+    "object-blank-ref": [{"kind": "commit", "label": "abc", "ref": "   "}],
+    "object-caps": [{"kind": "file", "label": "x" * 600, "ref": "r" * 1200, "status": "pending"}],
+    "object-every-kind": [{"kind": k, "label": k} for k in ("text", "tool", "test", "file", "link", "pr", "commit")],
+    "object-unknown-kind": [{"kind": "screenshot", "label": "x"}],
+    "object-no-kind": [{"label": "no kind"}],
+    "object-blank-label": [{"kind": "file", "label": "   "}],
+    "object-non-string-label": [{"kind": "file", "label": 12}],
+    "scalars-and-lists": [42, None, True, 1.5, ["nested"], {"nested": {"deep": 1}}],
+    "more-than-50": [f"item {i}" for i in range(60)],
+    "mixed": ["first", {"tool": "Bash", "stdout": "x"}, 7, {"kind": "pr", "label": "#3", "ref": "u"}],
+    "already-normal": [{"kind": "text", "label": "fine"}, {"kind": "tool", "label": "Bash", "status": "error"}],
+    "empty": [],
+    "not-a-list-object": {"kind": "text", "label": "an object"},
+    "not-a-list-string": "a string",
+    "not-a-list-number": 7,
+    "null": None,
+    "not-json": NOT_JSON,
+}
+
+# Each value as an older version could have stored it in `runs.checkpoint`.
+CHECKPOINT_FORMS = {
+    "reference-camel-case": {"version": 1, "toolEvents": [{"name": "Grep", "status": "completed"}]},
+    "no-version": {"tool_events": [{"name": "Edit", "status": "completed", "resource": "src/a.py"}]},
+    "other-version": {"version": 2, "tool_events": [{"name": "Edit"}]},
+    "extra-top-keys": {"version": 1, "tool_events": [], "cursor": 3, "startedAt": 1},
+    "event-extra-keys": {"tool_events": [{"name": "Bash", "status": "completed", "input": "ls", "output": "a b"}]},
+    "event-statuses": {"tool_events": [{"name": "a", "status": "running"}, {"name": "b", "status": "error"},
+                                       {"name": "c", "status": "failed"}, {"name": "d"}]},
+    "event-invalid": {"tool_events": [{"name": "  "}, {"status": "error"}, "Bash", 3, None, [], {"name": 9}]},
+    "more-than-16": {"tool_events": [{"name": f"step {i}"} for i in range(20)]},
+    "caps": {"tool_events": [{"name": "n" * 100, "resource": "p" * 300}]},
+    "url-credentials-query-fragment": {"tool_events": [
+        {"name": "Fetch", "resource": "https://user:secret@example.com/a/b?token=s#frag"}]},
+    "url-port-and-case": {"tool_events": [{"name": "Fetch", "resource": "HTTP://Example.com:8080/Path"}]},
+    "url-unparsable": {"tool_events": [{"name": "Fetch", "resource": "https://[::1/x"},
+                                       {"name": "Fetch", "resource": "https:///no-host"}]},
+    "resource-padded": {"tool_events": [{"name": "Read", "resource": "  /etc/hosts  "}]},
+    "events-not-a-list": {"tool_events": {"name": "Bash"}},
+    "empty-object": {},
+    "already-normal": {"version": 1, "tool_events": [{"name": "Bash", "status": "error", "resource": "https://a.b/c"}]},
+    "list": [{"name": "Bash"}],
+    "string": "Bash",
+    "number": 3,
+    "null": None,
+    "not-json": NOT_JSON,
+}
+
+SCHEMA4_DDL = """
+CREATE TABLE work_items (
+  id TEXT PRIMARY KEY, revision INTEGER NOT NULL DEFAULT 1, title TEXT NOT NULL, goal TEXT NOT NULL,
+  acceptance_criteria TEXT NOT NULL, workflow_template TEXT NOT NULL, workflow_snapshot TEXT, status TEXT NOT NULL,
+  current_action_id TEXT, current_run_id TEXT, work_dir TEXT NOT NULL DEFAULT '',
+  created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+CREATE TABLE actions (
+  id TEXT PRIMARY KEY, work_item_id TEXT NOT NULL, sequence INTEGER NOT NULL, type TEXT NOT NULL,
+  required_role TEXT NOT NULL, stage_id TEXT, instruction TEXT NOT NULL, brief TEXT,
+  context TEXT NOT NULL DEFAULT '[]', contract_revision INTEGER NOT NULL DEFAULT 1, status TEXT NOT NULL,
+  attempt INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL DEFAULT 2, current_run_id TEXT,
+  lease_epoch INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
+  UNIQUE(work_item_id, sequence));
+CREATE TABLE runs (
+  id TEXT PRIMARY KEY, action_id TEXT NOT NULL, work_item_id TEXT NOT NULL, owner_boot_id TEXT NOT NULL,
+  lease_epoch INTEGER NOT NULL, status TEXT NOT NULL, started_at INTEGER NOT NULL, expires_at INTEGER NOT NULL,
+  ended_at INTEGER, summary TEXT, evidence TEXT NOT NULL DEFAULT '[]', waiting_reason TEXT, error TEXT,
+  review_decision TEXT, contract_patch TEXT, response TEXT NOT NULL DEFAULT '', checkpoint TEXT);
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, work_item_id TEXT NOT NULL, action_id TEXT, run_id TEXT,
+  type TEXT NOT NULL, data TEXT NOT NULL, created_at INTEGER NOT NULL);
+"""
+
+LEGACY_LAYOUTS = {"1": SCHEMA1_DDL, "4": SCHEMA4_DDL, "11": SCHEMA11_DDL}
+
+
+def _column_text(value) -> str:
+    return value if value is NOT_JSON else json.dumps(value)
+
+
+def make_legacy_db(path: Path, ddl: str, rows: dict[str, list[dict]], version: str) -> Path:
+    """`make_db` keeping of each row only the columns that schema's tables have."""
+    conn = sqlite3.connect(path)
+    conn.executescript(ddl)
+    columns = {t: {r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')} for t in rows}
+    conn.close()
+    path.unlink()
+    return make_db(path, ddl, {t: [{k: v for k, v in r.items() if k in columns[t]} for r in items]
+                               for t, items in rows.items()}, version)
+
+
+def raw_forms_rows(forms: dict[str, tuple], *, checkpoints: bool) -> dict[str, list[dict]]:
+    """One legacy item per form: its triage completed with a run holding the raw evidence (and
+    checkpoint), its implement action ready with a context entry carrying the raw evidence."""
+    rows: dict[str, list[dict]] = {"work_items": [], "actions": [], "runs": [], "events": []}
+    for n, (name, (evidence, checkpoint)) in enumerate(forms.items()):
+        item, t = f"raw-{name}", T + 1000 * n
+        rows["work_items"].append({"id": item, "title": name, "goal": "g", "acceptance_criteria": [],
+                                   "workflow_template": "software-change",
+                                   "status": "ready", "current_action_id": f"{item}-a2", "current_run_id": None,
+                                   "work_dir": "", "created_at": t, "updated_at": t})
+        rows["actions"] += [
+            {"id": f"{item}-a1", "work_item_id": item, "sequence": 1, "type": "triage", "required_role": "omni",
+             "instruction": "triage", "context": [], "status": "completed", "attempt": 1, "max_attempts": 2,
+             "current_run_id": None, "lease_epoch": 1, "created_at": t, "updated_at": t},
+            {"id": f"{item}-a2", "work_item_id": item, "sequence": 2, "type": "implement", "required_role": "linus",
+             "instruction": "implement",
+             "context": _column_text([{"type": "triage", "summary": "s", "evidence": evidence}])
+             if evidence is not NOT_JSON else NOT_JSON,
+             "status": "ready", "attempt": 0, "max_attempts": 2, "current_run_id": None, "lease_epoch": 0,
+             "created_at": t + 1, "updated_at": t + 1},
+        ]
+        run = {"id": f"{item}-r1", "action_id": f"{item}-a1", "work_item_id": item, "owner_boot_id": "old",
+               "lease_epoch": 1, "status": "failed", "started_at": t, "expires_at": t + 60_000, "ended_at": t + 1,
+               "summary": "", "evidence": _column_text(evidence), "waiting_reason": None, "error": "x"}
+        if checkpoints:
+            run["checkpoint"] = None if checkpoint is None else _column_text(checkpoint)
+        rows["runs"].append(run)
+    return rows
+
+
+def service_twin(store, evidence, checkpoint):
+    """The same raw values submitted through the services (normalised on write)."""
+    item = store.linear(title="twin")
+    claim = store.claim_item(item.pk)
+    store.submit(claim, {"outcome": "failed", "error": "x", "evidence": evidence, "checkpoint": checkpoint})
+    return claim.run.pk
+
+
+def rendered_runs(item_id: str) -> dict[str, dict]:
+    from workcenter import render, selectors
+    from workcenter.schemas import DetailView, WorkItemDetailOut
+
+    body = render.render(WorkItemDetailOut, DetailView(selectors.work_item_detail(item_id)))
+    return {r["id"]: r for r in body["runs"]}
+
+
+def stored_json(model, pk: str, column: str):
+    """The column's value as the table holds it, read past the model field."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(f'SELECT "{column}" FROM {model._meta.db_table} WHERE "id" = %s', [pk])
+        (value,) = cur.fetchone()
+    return json.loads(value) if isinstance(value, str) else value
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("version", list(LEGACY_LAYOUTS))
+def test_every_raw_form_imports_and_reads_as_written_through_the_services(tmp_path, store, version):
+    from workcenter.services.normalize import normalize_checkpoint, normalize_evidence
+
+    checkpoints = version != "1"  # schema 1 has no checkpoint column
+    forms = {f"evidence-{k}": (v, None) for k, v in EVIDENCE_FORMS.items()}
+    if checkpoints:
+        forms.update({f"checkpoint-{k}": (["ok"], v) for k, v in CHECKPOINT_FORMS.items()})
+    path = make_legacy_db(tmp_path / f"raw-forms-{version}.sqlite", LEGACY_LAYOUTS[version],
+                          raw_forms_rows(forms, checkpoints=checkpoints), version=version)
+
+    counts = import_reference_db(path)
+
+    assert counts["runs"] == {"imported": len(forms), "skipped": 0}
+    mismatches = {}
+    for name, (evidence, checkpoint) in forms.items():
+        item, run_id = f"raw-{name}", f"raw-{name}-r1"
+        twin = service_twin(store, evidence, checkpoint)
+        want = rendered_runs(Run.objects.get(pk=twin).work_item_id)[twin]
+        got = rendered_runs(item)[run_id]
+        expected = (normalize_evidence(evidence), normalize_checkpoint(checkpoint))
+        # the answer equals the twin's, and the import stored the normal form (normalised on write)
+        checks = {
+            "api": (got["evidence"], got["checkpoint"]) == (want["evidence"], want["checkpoint"]) == expected,
+            "orm": (Run.objects.get(pk=run_id).evidence, Run.objects.get(pk=run_id).checkpoint) == expected,
+            "stored": (stored_json(Run, run_id, "evidence"), stored_json(Run, run_id, "checkpoint")) == expected,
+            "context": [e.get("evidence") for e in Action.objects.get(pk=f"{item}-a2").context]
+            == ([expected[0]] if evidence is not NOT_JSON else []),
+        }
+        if not all(checks.values()):
+            mismatches[name] = {k: v for k, v in checks.items() if not v}
+    assert mismatches == {}
+
+
+@pytest.mark.django_db
+def test_imported_raw_forms_leave_no_raw_field_in_any_read(tmp_path):
+    forms = {"e": (EVIDENCE_FORMS["mixed"] + EVIDENCE_FORMS["object-extra-keys"],
+                   CHECKPOINT_FORMS["url-credentials-query-fragment"])}
+    path = make_legacy_db(tmp_path / "raw.sqlite", SCHEMA4_DDL, raw_forms_rows(forms, checkpoints=True), version="4")
+    import_reference_db(path)
+    run = rendered_runs("raw-e")["raw-e-r1"]
+    assert run["evidence"] == [{"kind": "text", "label": "first"}, {"kind": "tool", "label": "Bash", "status": "completed"},
+                               {"kind": "pr", "label": "#3", "ref": "u"},
+                               {"kind": "test", "label": "pytest", "status": "passed"}]
+    assert run["checkpoint"] == {"version": 1, "tool_events": [
+        {"name": "Fetch", "status": "completed", "resource": "https://example.com/a/b"}]}
+    text = json.dumps([run, list(Action.objects.filter(work_item_id="raw-e").values_list("context", flat=True))])
+    for raw in ("stdout", "durationMs", "duration_ms", "secret", "token=", "frag", "nested"):
+        assert raw not in text, raw

@@ -5,6 +5,13 @@ Implements DOMAIN §7.2–§7.3 (terminal submission normalisation and completio
 context) and §12.9 (instruction rendering). Every key produced here is snake_case (DOMAIN §0);
 reference camelCase spellings are accepted on input only as a fallback, so imported reference data
 maps cleanly.
+
+Evidence and checkpoints are normalised on write *and on read* (§12.4, §12.5): `evidence_on_read`,
+`checkpoint_on_read` and `context_on_read` (the evidence inside context entries) are what the
+model fields apply to every stored value they load (workcenter/fields.py), so rows written by an
+older version, imported from a reference database or edited by hand read as this store writes
+them. Every normaliser here is idempotent, and a stored value that already is in normal form —
+everything this store writes — is recognised by a cheap check and returned as it is.
 """
 from __future__ import annotations
 
@@ -28,6 +35,9 @@ __all__ = [
     "cap_response",
     "normalize_evidence",
     "normalize_checkpoint",
+    "evidence_on_read",
+    "checkpoint_on_read",
+    "context_on_read",
     "normalize_brief",
     "normalize_contract_patch",
     "normalize_acceptance_checks",
@@ -152,6 +162,19 @@ def _trimmed_str(value: Any) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
+def _clip(text: str, limit: int) -> str:
+    """A trimmed string cut to `limit` code points, trimmed again where the cut ends in whitespace
+    (so that normalising a normalised value changes nothing)."""
+    text = text.strip()
+    return text[:limit].rstrip() if len(text) > limit else text
+
+
+def _is_clipped(value: Any, limit: int) -> bool:
+    """`value` is a non-empty string `_clip` leaves as it is."""
+    return (value.__class__ is str and 0 < len(value) <= limit
+            and not value[0].isspace() and not value[-1].isspace())
+
+
 # ---------------------------------------------------------------------------------------------
 # §12.1 Counters
 # ---------------------------------------------------------------------------------------------
@@ -204,13 +227,13 @@ def cap_response(value: Any) -> str:
 
 def _normalize_evidence_item(item: Any) -> dict | None:
     if isinstance(item, str):
-        label = item.strip()[:EVIDENCE_LABEL_MAX]
+        label = _clip(item, EVIDENCE_LABEL_MAX)
         return {"kind": "text", "label": label} if label else None
     if not isinstance(item, dict):
         return None
     tool = item.get("tool")
     if isinstance(tool, str):
-        label = tool.strip()[:EVIDENCE_LABEL_MAX]
+        label = _clip(tool, EVIDENCE_LABEL_MAX)
         if not label:
             return None
         return {
@@ -221,11 +244,11 @@ def _normalize_evidence_item(item: Any) -> dict | None:
     kind = item.get("kind")
     if not isinstance(kind, str) or kind not in EVIDENCE_KINDS:
         return None
-    label = _trimmed_str(item.get("label"))[:EVIDENCE_LABEL_MAX]
+    label = _clip(_trimmed_str(item.get("label")), EVIDENCE_LABEL_MAX)
     if not label:
         return None
     out: dict[str, Any] = {"kind": kind, "label": label}
-    ref = _trimmed_str(item.get("ref"))[:EVIDENCE_REF_MAX]
+    ref = _clip(_trimmed_str(item.get("ref")), EVIDENCE_REF_MAX)
     if ref:
         out["ref"] = ref
     status = item.get("status")
@@ -247,6 +270,61 @@ def normalize_evidence(value: Any) -> list[dict]:
         if len(out) >= EVIDENCE_MAX_ITEMS:
             break
     return out
+
+
+_EVIDENCE_KEYS = frozenset(("kind", "label", "ref", "status"))
+_EVIDENCE_KIND_SET = frozenset(EVIDENCE_KINDS)
+_EVIDENCE_STATUS_SET = frozenset(EVIDENCE_STATUSES)
+
+
+def _evidence_is_normal(value: list) -> bool:
+    """`normalize_evidence(value) == value`, decided without building anything: at most 50
+    objects of only `kind` (known), `label` and optional `ref` (trimmed, within their caps) and
+    `status` (known)."""
+    if len(value) > EVIDENCE_MAX_ITEMS:
+        return False
+    keys, kinds, statuses = _EVIDENCE_KEYS, _EVIDENCE_KIND_SET, _EVIDENCE_STATUS_SET
+    for item in value:
+        if item.__class__ is not dict or not keys.issuperset(item):
+            return False
+        kind = item.get("kind")
+        if kind.__class__ is not str or kind not in kinds:
+            return False
+        if not _is_clipped(item.get("label"), EVIDENCE_LABEL_MAX):
+            return False
+        if "ref" in item and not _is_clipped(item["ref"], EVIDENCE_REF_MAX):
+            return False
+        if "status" in item:
+            status = item["status"]
+            if status.__class__ is not str or status not in statuses:
+                return False
+    return True
+
+
+def evidence_on_read(value: Any) -> list[dict]:
+    """Stored evidence as every read shows it (§12.4 applies on read): `value` itself when it is
+    already normal, else its normalised copy."""
+    if value.__class__ is list and _evidence_is_normal(value):
+        return value
+    return normalize_evidence(value)
+
+
+def context_on_read(value: Any) -> list:
+    """Stored action context as every read shows it: the `evidence` of each entry normalised on
+    read (§12.4; reused context never leaks raw fields, §12.6). Not a list ⇒ `[]`. Entries are
+    otherwise kept as stored; `value` itself is returned when nothing changes."""
+    if value.__class__ is not list:
+        return []
+    out = None
+    for i, entry in enumerate(value):
+        if entry.__class__ is dict and "evidence" in entry:
+            evidence = entry["evidence"]
+            if evidence.__class__ is list and _evidence_is_normal(evidence):
+                continue
+            if out is None:
+                out = list(value)
+            out[i] = {**entry, "evidence": normalize_evidence(evidence)}
+    return value if out is None else out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,7 +354,7 @@ def _reduce_resource(resource: str) -> str | None:
 def _normalize_tool_event(event: Any) -> dict | None:
     if not isinstance(event, dict):
         return None
-    name = _trimmed_str(event.get("name"))[:CHECKPOINT_NAME_MAX]
+    name = _clip(_trimmed_str(event.get("name")), CHECKPOINT_NAME_MAX)
     if not name:
         return None
     out: dict[str, Any] = {
@@ -285,9 +363,9 @@ def _normalize_tool_event(event: Any) -> dict | None:
     }
     resource = _trimmed_str(event.get("resource"))
     if resource:
-        reduced = _reduce_resource(resource)
+        reduced = _clip(_reduce_resource(resource) or "", CHECKPOINT_RESOURCE_MAX)
         if reduced:
-            out["resource"] = reduced[:CHECKPOINT_RESOURCE_MAX]
+            out["resource"] = reduced
     return out
 
 
@@ -299,6 +377,54 @@ def normalize_checkpoint(value: Any) -> dict | None:
     events = raw_events if isinstance(raw_events, list) else []
     valid = [e for e in (_normalize_tool_event(ev) for ev in events) if e is not None]
     return {"version": 1, "tool_events": valid[-CHECKPOINT_MAX_EVENTS:]}
+
+
+_HTTP_URL = re.compile(r"(?i)https?://")
+# An http(s) URL `_reduce_resource` returns unchanged, recognised without parsing it: lower-case
+# scheme, a plain host name without port or credentials, a path without query, fragment or
+# whitespace. Other URLs are checked by reducing them.
+_PLAIN_URL = re.compile(r"https?://[A-Za-z0-9._~-]+(?:/[^?#@\s]*)?")
+
+
+def _tool_event_is_normal(event: Any) -> bool:
+    if event.__class__ is not dict:
+        return False
+    status = event.get("status")
+    if (status != "completed" and status != "error") or not _is_clipped(event.get("name"), CHECKPOINT_NAME_MAX):
+        return False
+    size = len(event)
+    if size == 2:
+        return True
+    resource = event.get("resource")
+    if size != 3 or not _is_clipped(resource, CHECKPOINT_RESOURCE_MAX):
+        return False
+    return (resource[0] not in "hH" or not _HTTP_URL.match(resource) or _PLAIN_URL.fullmatch(resource) is not None
+            or _clip(_reduce_resource(resource) or "", CHECKPOINT_RESOURCE_MAX) == resource)
+
+
+def _checkpoint_is_normal(value: dict) -> bool:
+    """`normalize_checkpoint(value) == value` without building anything."""
+    if len(value) != 2:
+        return False
+    version, events = value.get("version"), value.get("tool_events")
+    if version.__class__ is not int or version != 1 or events.__class__ is not list:
+        return False
+    if len(events) > CHECKPOINT_MAX_EVENTS:
+        return False
+    for event in events:
+        if not _tool_event_is_normal(event):
+            return False
+    return True
+
+
+def checkpoint_on_read(value: Any) -> dict | None:
+    """A stored checkpoint as every read shows it (§12.5, normalised on read as on write):
+    `value` itself when it is already normal, else its normalised copy (a non-object ⇒ None)."""
+    if value is None:
+        return None
+    if value.__class__ is dict and _checkpoint_is_normal(value):
+        return value
+    return normalize_checkpoint(value)
 
 
 # ---------------------------------------------------------------------------------------------

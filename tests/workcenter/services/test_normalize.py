@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from workcenter.errors import InvalidInput
 from workcenter.services.normalize import (
     COUNTER_FIELDS,
     RESPONSE_CAP,
     cap_response,
+    checkpoint_on_read,
+    context_on_read,
+    evidence_on_read,
     normalize_brief,
     normalize_checkpoint,
     normalize_counters,
@@ -311,6 +316,156 @@ def test_normalize_checkpoint_non_url_resource_kept_and_capped():
 def test_normalize_checkpoint_blank_resource_omitted_and_extra_fields_dropped():
     out = normalize_checkpoint({"tool_events": [{"name": "x", "resource": "  ", "output": "raw"}], "other": 1})
     assert out == {"version": 1, "tool_events": [{"name": "x", "status": "completed"}]}
+
+
+# ---------------------------------------------------------------------------------------------
+# on read (§12.4 "normalisation applies on write and on read"; §12.5 likewise)
+# ---------------------------------------------------------------------------------------------
+
+# raw forms an older version could have stored, with what every read must show
+RAW_EVIDENCE_ON_READ = [
+    (["ran it"], [{"kind": "text", "label": "ran it"}]),
+    ([{"tool": "Bash", "is_error": True, "stdout": "Traceback"}], [{"kind": "tool", "label": "Bash", "status": "error"}]),
+    ([{"tool": "Bash", "isError": True}], [{"kind": "tool", "label": "Bash", "status": "error"}]),
+    ([{"tool": "Read", "stdout": "x"}], [{"kind": "tool", "label": "Read", "status": "completed"}]),
+    ([{"kind": "test", "label": "t", "status": "passed", "stdout": "ok", "duration_ms": 3}],
+     [{"kind": "test", "label": "t", "status": "passed"}]),
+    ([{"kind": "file", "label": " a ", "ref": " b ", "status": "odd"}], [{"kind": "file", "label": "a", "ref": "b"}]),
+    ([{"label": "x", "kind": "text", "extra": None}], [{"kind": "text", "label": "x"}]),
+    ([{"kind": "text", "label": "x" * 501}], [{"kind": "text", "label": "x" * 500}]),
+    ([{"kind": "text", "label": "x", "ref": ""}], [{"kind": "text", "label": "x"}]),
+    ([{"kind": "text", "label": "x", "status": None}], [{"kind": "text", "label": "x"}]),
+    ([{"kind": ["text"], "label": "x"}], []),
+    ([{"kind": "text", "label": "x", "status": ["passed"]}], [{"kind": "text", "label": "x"}]),
+    ([None, 3, [], {}], []),
+    ([f"e{i}" for i in range(51)], [{"kind": "text", "label": f"e{i}"} for i in range(50)]),
+    ({"kind": "text", "label": "not a list"}, []),
+    ("a string", []),
+    (None, []),
+]
+
+RAW_CHECKPOINTS_ON_READ = [
+    ({"version": 1, "toolEvents": [{"name": "Grep", "status": "completed"}]},
+     {"version": 1, "tool_events": [{"name": "Grep", "status": "completed"}]}),
+    ({"tool_events": [{"name": "a"}]}, {"version": 1, "tool_events": [{"name": "a", "status": "completed"}]}),
+    ({"version": True, "tool_events": []}, {"version": 1, "tool_events": []}),
+    ({"version": 1.0, "tool_events": []}, {"version": 1, "tool_events": []}),
+    ({"version": 1, "tool_events": [], "cursor": 2}, {"version": 1, "tool_events": []}),
+    ({"version": 1, "tool_events": [{"name": "a", "status": "completed", "input": "x"}]},
+     {"version": 1, "tool_events": [{"name": "a", "status": "completed"}]}),
+    ({"version": 1, "tool_events": [{"name": "a", "status": "failed"}]},
+     {"version": 1, "tool_events": [{"name": "a", "status": "completed"}]}),
+    ({"version": 1, "tool_events": [{"name": "a", "status": "completed", "resource": "https://u:p@h/x?q#f"}]},
+     {"version": 1, "tool_events": [{"name": "a", "status": "completed", "resource": "https://h/x"}]}),
+    ({"version": 1, "tool_events": [{"name": "a", "status": "completed", "resource": "HTTPS://h/x"}]},
+     {"version": 1, "tool_events": [{"name": "a", "status": "completed", "resource": "https://h/x"}]}),
+    ({"version": 1, "tool_events": [{"name": "a", "status": "completed", "resource": "https://h:99999/x"}]},
+     {"version": 1, "tool_events": [{"name": "a", "status": "completed"}]}),
+    ({"version": 1, "tool_events": [{"name": f"e{i}", "status": "completed"} for i in range(17)]},
+     {"version": 1, "tool_events": [{"name": f"e{i}", "status": "completed"} for i in range(1, 17)]}),
+    ({"version": 1, "tool_events": "Bash"}, {"version": 1, "tool_events": []}),
+    ([{"name": "a"}], None),
+    ("Bash", None),
+    (3, None),
+]
+
+
+@pytest.mark.parametrize("raw,shown", RAW_EVIDENCE_ON_READ)
+def test_evidence_on_read_normalises_every_raw_form(raw, shown):
+    assert evidence_on_read(raw) == shown == normalize_evidence(raw)
+
+
+@pytest.mark.parametrize("raw,shown", RAW_CHECKPOINTS_ON_READ)
+def test_checkpoint_on_read_normalises_every_raw_form(raw, shown):
+    assert checkpoint_on_read(raw) == shown == normalize_checkpoint(raw)
+    if shown is not None:
+        assert type(checkpoint_on_read(raw)["version"]) is int
+
+
+def test_values_already_normal_are_returned_as_they_are():
+    evidence = normalize_evidence(["a", {"tool": "b", "is_error": True}, {"kind": "pr", "label": "c", "ref": "d",
+                                                                         "status": "passed"}])
+    checkpoint = normalize_checkpoint({"tool_events": [
+        {"name": "a", "resource": "https://h.example/x/y"}, {"name": "b", "status": "error", "resource": "/etc/x"},
+        {"name": "c", "resource": "http://h:8080/p"}]})
+    context = [{"type": "triage", "summary": "s", "evidence": evidence}, {"type": "guidance", "evidence": []}, "odd"]
+    assert evidence_on_read(evidence) is evidence
+    assert checkpoint_on_read(checkpoint) is checkpoint
+    assert context_on_read(context) is context
+    assert checkpoint_on_read(None) is None
+
+
+def test_context_on_read_normalises_only_the_evidence_of_entries():
+    raw = [{"type": "triage", "summary": "s", "evidence": ["a", {"tool": "b", "stdout": "x"}], "reviewDecision": None},
+           {"type": "guidance", "role": "user", "summary": "g"}, "not an entry",
+           {"type": "retry", "evidence": "not a list"}]
+    shown = context_on_read(raw)
+    assert shown == [
+        {"type": "triage", "summary": "s", "evidence": [{"kind": "text", "label": "a"},
+                                                        {"kind": "tool", "label": "b", "status": "completed"}],
+         "reviewDecision": None},
+        {"type": "guidance", "role": "user", "summary": "g"}, "not an entry",
+        {"type": "retry", "evidence": []},
+    ]
+    assert raw[0]["evidence"] == ["a", {"tool": "b", "stdout": "x"}]  # the stored value is not changed in place
+    assert context_on_read({"type": "triage"}) == [] and context_on_read(None) == []
+
+
+def test_a_cut_at_whitespace_is_trimmed_so_normalising_twice_changes_nothing():
+    # the 500th character is a space: the cut label is trimmed again (a "trimmed string ≤ 500")
+    label = "a" * 499 + " tail"
+    once = normalize_evidence([label, {"kind": "file", "label": "f", "ref": "r" * 999 + " x"}])
+    assert once == [{"kind": "text", "label": "a" * 499}, {"kind": "file", "label": "f", "ref": "r" * 999}]
+    assert normalize_evidence(once) == once and evidence_on_read(once) is once
+    cp = normalize_checkpoint({"tool_events": [{"name": "n" * 79 + " x", "resource": "p" * 239 + " q"},
+                                               {"name": "u", "resource": "https://h/" + "p" * 229 + " q"}]})
+    assert cp["tool_events"][0] == {"name": "n" * 79, "status": "completed", "resource": "p" * 239}
+    assert normalize_checkpoint(cp) == cp and checkpoint_on_read(cp) is cp
+
+
+# Property: for any JSON value, reading shows exactly the normal form, normalising is idempotent,
+# and the fast check accepts every normal form (so what this store writes is returned as it is).
+
+_TEXT = st.one_of(
+    st.sampled_from(["", " ", "a", " a ", "Bash", "x" * 499 + " y", "x" * 501, "\t\n", "\u3000z", "e\u0301"]),
+    st.sampled_from(["https://u:p@h.example:8080/a?b#c", "http://h/x", "HTTPS://H/x", "https://[::1]/x",
+                     "https://[::1/x", "https:///x", "http://h:99999/", "https://h/a b", "https://h/\tx",
+                     "ftp://h/x", "https://h/" + "p" * 240, "/etc/hosts"]),
+    st.text(max_size=12),
+)
+_KEYS = st.sampled_from(["kind", "label", "ref", "status", "tool", "is_error", "isError", "stdout", "name",
+                         "resource", "tool_events", "toolEvents", "version", "evidence", "type"])
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2, 2), st.floats(allow_nan=False), _TEXT,
+                    st.sampled_from(["text", "tool", "test", "file", "link", "pr", "commit", "completed",
+                                     "passed", "failed", "error", "pending"]))
+_JSON = st.recursive(_VALUES, lambda inner: st.one_of(st.lists(inner, max_size=6),
+                                                       st.dictionaries(_KEYS, inner, max_size=5)), max_leaves=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON)
+def test_reads_show_the_normal_form_of_any_stored_value(value):
+    evidence = normalize_evidence(value)
+    assert evidence_on_read(value) == evidence
+    assert normalize_evidence(evidence) == evidence and evidence_on_read(evidence) is evidence
+    checkpoint = normalize_checkpoint(value)
+    assert checkpoint_on_read(value) == checkpoint
+    if checkpoint is not None:
+        assert normalize_checkpoint(checkpoint) == checkpoint and checkpoint_on_read(checkpoint) is checkpoint
+    context = context_on_read(value)
+    assert context_on_read(context) is context
+    if isinstance(value, list):
+        assert context == [{**e, "evidence": normalize_evidence(e["evidence"])}
+                           if isinstance(e, dict) and "evidence" in e else e for e in value]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.fixed_dictionaries({"name": _TEXT}, optional={"status": _VALUES, "resource": _TEXT}), max_size=20))
+def test_checkpoint_reads_of_any_events(events):
+    raw = {"tool_events": events}
+    checkpoint = normalize_checkpoint(raw)
+    assert checkpoint_on_read(raw) == checkpoint
+    assert normalize_checkpoint(checkpoint) == checkpoint and checkpoint_on_read(checkpoint) is checkpoint
 
 
 # ---------------------------------------------------------------------------------------------
