@@ -230,7 +230,7 @@ def action_dependencies(*, item_id: str, stage_ids: list[str], actions: list[Act
     sequence order, with summary, normalised evidence and executor id of its latest completed run.
     `actions` (by sequence) and `runs`: the item's rows when the caller has just read them."""
     from .services.common import canonical_actions
-    from .services.normalize import normalize_evidence
+    from .services.normalize import evidence_on_read
 
     wanted = [s for s in (stage_ids or []) if isinstance(s, str)]
     if not wanted:
@@ -257,7 +257,8 @@ def action_dependencies(*, item_id: str, stage_ids: list[str], actions: list[Act
             "type": a.type,
             "status": a.status,
             "summary": run.summary if run is not None else "",
-            "evidence": normalize_evidence(run.evidence) if run is not None else [],
+            # already normal when the run was read (the field normalises on read): a cheap check
+            "evidence": evidence_on_read(run.evidence) if run is not None else [],
             "vp_id": vp,
         })
     return out

@@ -742,7 +742,20 @@ CREATE TABLE events (
   type TEXT NOT NULL, data TEXT NOT NULL, created_at INTEGER NOT NULL);
 """
 
-LEGACY_LAYOUTS = {"1": SCHEMA1_DDL, "4": SCHEMA4_DDL, "11": SCHEMA11_DDL}
+# The fewest columns the importer needs, plus the two JSON columns at issue: every other column of
+# any schema takes its default.
+SCHEMA_MINIMAL_DDL = """
+CREATE TABLE work_items (id TEXT PRIMARY KEY, title TEXT NOT NULL, goal TEXT NOT NULL, status TEXT NOT NULL,
+  created_at INTEGER NOT NULL);
+CREATE TABLE actions (id TEXT PRIMARY KEY, work_item_id TEXT NOT NULL, sequence INTEGER NOT NULL, type TEXT NOT NULL,
+  status TEXT NOT NULL, context TEXT, created_at INTEGER NOT NULL);
+CREATE TABLE runs (id TEXT PRIMARY KEY, action_id TEXT NOT NULL, status TEXT NOT NULL, started_at INTEGER NOT NULL,
+  evidence TEXT, checkpoint TEXT);
+CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, work_item_id TEXT NOT NULL, type TEXT NOT NULL,
+  created_at INTEGER NOT NULL);
+"""
+
+LEGACY_LAYOUTS = {"1": SCHEMA1_DDL, "2": SCHEMA_MINIMAL_DDL, "4": SCHEMA4_DDL, "11": SCHEMA11_DDL}
 
 
 def _column_text(value) -> str:
