@@ -89,6 +89,10 @@ WORKER_ERRORS = {**ERRORS, 409: ErrorOut, 413: ErrorOut}
 MAX_JSON_DEPTH = 64
 # NUL, and surrogates: json.loads joins escaped pairs, so any left are lone (not UTF-8 encodable)
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# In a JSON text decoded from UTF-8 both can only come from escapes (the decoder refuses encoded
+# surrogates, json.loads raw control characters): a body without such an escape and with at most
+# MAX_JSON_DEPTH brackets needs no walk (the claim/submit hot path).
+_UNSTORABLE_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
 
 def _unstorable_text(value, path: str = "") -> str | None:
@@ -151,7 +155,9 @@ class StrictTextParser(Parser):
             raise _too_deep() from None
         except ValueError as exc:
             raise BadRequest(f"malformed JSON body: {exc}") from None
-        field = _unstorable_text(data)  # first: it refuses nesting too deep, whatever the top level is
+        suspect = (text.count("{") + text.count("[") > MAX_JSON_DEPTH) or _UNSTORABLE_ESCAPE.search(text)
+        # first: it refuses nesting too deep, whatever the top level is
+        field = _unstorable_text(data) if suspect else None
         if not isinstance(data, dict):
             raise InvalidInput(f"the body must be a JSON object, not {_json_kind(data)}", fields=["body"])
         if field:

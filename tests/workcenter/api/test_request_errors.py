@@ -161,6 +161,21 @@ class TestBodies:
         response = api.post("/work-items", nested(MAX_JSON_DEPTH))
         assert response.status_code == 201, response.content
 
+    @pytest.mark.parametrize("raw,field", [
+        ('{"title": "t", "goal": "g", "origin": {"k\\u0000": 1}}', "origin"),
+        ('{"title": "t", "goal": "g", "acceptance_criteria": ["ok", "\\uDFFF"]}', "acceptance_criteria"),
+        ('{"title": "\\ud83d", "goal": "g"}', "title"),
+    ])
+    def test_escaped_text_no_database_can_store_is_422(self, api, raw, field):
+        body = api_error(api.post("/work-items", raw), 422, "invalid_input")
+        assert [e["field"] for e in body["extra"]["errors"]] == [field]
+        assert WorkItem.objects.count() == 0
+
+    def test_escaped_surrogate_pair_is_one_character(self, api):
+        item = api.create(title="\U0001F600 smile")
+        raw = '{"title": "\\uD83D\\uDE00 smile", "goal": "g"}'
+        assert api.post("/work-items", raw).json()["title"] == item["title"]
+
     def test_every_route_with_a_body_refuses_a_json_value_that_is_not_an_object(self, api, running):
         # given a running item (worker routes) and a draft item (item routes)
         claim, draft = running
