@@ -333,6 +333,9 @@ RAW_EVIDENCE_ON_READ = [
     ([{"kind": "file", "label": " a ", "ref": " b ", "status": "odd"}], [{"kind": "file", "label": "a", "ref": "b"}]),
     ([{"label": "x", "kind": "text", "extra": None}], [{"kind": "text", "label": "x"}]),
     ([{"kind": "text", "label": "x" * 501}], [{"kind": "text", "label": "x" * 500}]),
+    ([{"kind": "text", "label": "x "}], [{"kind": "text", "label": "x"}]),
+    ([{"kind": "file", "label": "\u3000y"}], [{"kind": "file", "label": "y"}]),
+    ([{"kind": "file", "label": "y", "ref": "r\n"}], [{"kind": "file", "label": "y", "ref": "r"}]),
     ([{"kind": "text", "label": "x", "ref": ""}], [{"kind": "text", "label": "x"}]),
     ([{"kind": "text", "label": "x", "status": None}], [{"kind": "text", "label": "x"}]),
     ([{"kind": ["text"], "label": "x"}], []),
@@ -348,6 +351,8 @@ RAW_CHECKPOINTS_ON_READ = [
     ({"version": 1, "toolEvents": [{"name": "Grep", "status": "completed"}]},
      {"version": 1, "tool_events": [{"name": "Grep", "status": "completed"}]}),
     ({"tool_events": [{"name": "a"}]}, {"version": 1, "tool_events": [{"name": "a", "status": "completed"}]}),
+    ({"version": 1, "tool_events": [{"name": "a ", "status": "completed", "resource": " /x"}]},
+     {"version": 1, "tool_events": [{"name": "a", "status": "completed", "resource": "/x"}]}),
     ({"version": True, "tool_events": []}, {"version": 1, "tool_events": []}),
     ({"version": 1.0, "tool_events": []}, {"version": 1, "tool_events": []}),
     ({"version": 1, "tool_events": [], "cursor": 2}, {"version": 1, "tool_events": []}),
@@ -427,7 +432,8 @@ def test_a_cut_at_whitespace_is_trimmed_so_normalising_twice_changes_nothing():
 # and the fast check accepts every normal form (so what this store writes is returned as it is).
 
 _TEXT = st.one_of(
-    st.sampled_from(["", " ", "a", " a ", "Bash", "x" * 499 + " y", "x" * 501, "\t\n", "\u3000z", "e\u0301"]),
+    st.sampled_from(["", " ", "a", " a", "a ", "a\u3000", "Bash", "x" * 499 + " y", "x" * 501, "\t\n", "\u3000z",
+                     "e\u0301"]),
     st.sampled_from(["https://u:p@h.example:8080/a?b#c", "http://h/x", "HTTPS://H/x", "https://[::1]/x",
                      "https://[::1/x", "https:///x", "http://h:99999/", "https://h/a b", "https://h/\tx",
                      "ftp://h/x", "https://h/" + "p" * 240, "/etc/hosts"]),
@@ -457,6 +463,17 @@ def test_reads_show_the_normal_form_of_any_stored_value(value):
     if isinstance(value, list):
         assert context == [{**e, "evidence": normalize_evidence(e["evidence"])}
                            if isinstance(e, dict) and "evidence" in e else e for e in value]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.fixed_dictionaries(
+    {"kind": st.sampled_from(["text", "tool", "test", "file", "link", "pr", "commit", "nope"]), "label": _TEXT},
+    optional={"ref": _TEXT, "status": st.sampled_from(["completed", "passed", "failed", "error", "pending", "odd"])}),
+    max_size=55))
+def test_evidence_reads_of_any_near_normal_items(items):
+    evidence = normalize_evidence(items)
+    assert evidence_on_read(items) == evidence
+    assert normalize_evidence(evidence) == evidence and evidence_on_read(evidence) is evidence
 
 
 @settings(max_examples=300, deadline=None)
