@@ -2,25 +2,39 @@
 
 Connect: authenticate, join the group, accept, *then* read the snapshot (Zulip's "register for
 events, then fetch state"): an event that commits while we connect is either in what we read or
-queued in the group, usually both, and the id cursor drops the copy. Channels dispatches one
-message at a time, so group messages that arrive during the backfill wait in the channel layer
-until `connect` returns — that queue is the buffer.
+queued in the group, usually both, and the id cursor drops the copy. The hello goes out as soon
+as the snapshot is read; a resume (`?after_id=`) then replays the stored events as a task of its
+own, so the handshake never waits for the replay.
+
+Replay: pages of `REPLAY_PAGE` events, each one short read (events by primary key, then the
+page's item summaries in one batch read) rendered on the replay threads (`REPLAY_THREADS`, not
+the database thread that every consumer's handshake and dispatch share), the task yielding
+between pages. Group messages that arrive meanwhile are buffered (at most `PENDING_MAX`; past
+that they are dropped and read back from the database instead) and sent after the replay,
+minus what it already sent (the id cursor); of the progress messages (transient, API.md §4)
+only the latest of each run is kept and sent after the events. A client that leaves cancels
+its replay at once: no page is read or sent for it afterwards.
 
 Live: a group message carries the event's id and the ids of the stored events just before it
 (overall and in its item). `id <= last sent` is a duplicate and is dropped; a previous id beyond
 the last sent one means a message was lost or overtaken (channel layer full, publishes from
-several processes crossing): the consumer re-reads that hole from the database and sends it
-first. Only then does it touch the database; normally it forwards the message it was given.
+several processes crossing): the consumer re-reads that hole from the database (a replay task
+as above, the message waiting in the buffer) and sends it first. Only then does it touch the
+database; normally it forwards the message it was given.
 
 Close codes after accepting (the client can read them; a refused handshake is a bare HTTP 403):
 4401 no or unusable credentials, 4403 no `workcenter.view_workitem`, 4404 unknown work item on
-the per-item route, 4400 `after_id` that is not a non-negative integer.
+the per-item route, 4400 `after_id` that is not a non-negative integer; 1011 when a replay read
+fails (the client resumes with the last id it received).
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
+import logging
 import re
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -37,8 +51,18 @@ CLOSE_BAD_REQUEST = 4400
 CLOSE_NOT_AUTHENTICATED = 4401
 CLOSE_PERMISSION_DENIED = 4403
 CLOSE_NOT_FOUND = 4404
-BACKFILL_PAGE = 1000
+CLOSE_INTERNAL_ERROR = 1011
+REPLAY_PAGE = 200  # events per replay read
+# Replay threads per process. One: replays take turns page by page, and a page's CPU work (rows,
+# rendering) never runs in more than one thread beside the event loop; every further busy thread
+# lengthens the loop's and the database thread's waits for the GIL, i.e. everyone's handshake
+# (measured with three full replays of 10,000 events: a hello took 0.13-0.44 s with two replay
+# threads, 0.02-0.07 s with one).
+REPLAY_THREADS = 1
+PENDING_MAX = 1000  # live messages a consumer buffers during its replay
 _DIGITS = re.compile(r"[0-9]{1,20}")
+
+logger = logging.getLogger("workcenter.events.stream")
 
 
 def _after_id(scope) -> int | None | bool:
@@ -52,31 +76,45 @@ def _after_id(scope) -> int | None | bool:
     return int(raw)
 
 
-def _summaries(batch: list, cache: dict) -> list[dict]:
-    out = []
-    for event in batch:
-        if event.work_item_id not in cache:
-            cache[event.work_item_id] = selectors.work_item_summary(event.work_item_id)
-        out.append(events.event_message(event, cache[event.work_item_id]))
-    return out
-
-
-def _events_page(*, after_id: int, before_id: int | None, item_id: str | None) -> tuple[list[dict], bool]:
-    """One page of stored events with after_id < id (< before_id), in id order, as stream
-    messages, and whether more may follow. Item summaries are read once per item and page: a
-    replayed event carries its item's current state."""
-    batch = selectors.events_after(after_id=after_id, item_id=item_id, limit=BACKFILL_PAGE)
-    more = len(batch) == BACKFILL_PAGE
+def _events_page(*, after_id: int, before_id: int | None, item_id: str | None) -> tuple[list[tuple[int, dict]], int, bool]:
+    """One replay page: the stored events with after_id < id (< before_id), in id order, as
+    (id, stream message); the last id read; whether more may follow. Two short reads: the page
+    of events (primary key order, a `stream_read`), then its items' summaries together (a
+    replayed event carries its item's current state; an item deleted in between is skipped)."""
+    limit = REPLAY_PAGE
+    batch = selectors.events_after(after_id=after_id, item_id=item_id, limit=limit)
+    more = len(batch) == limit
     if before_id is not None and batch and batch[-1].id >= before_id:
         batch, more = [e for e in batch if e.id < before_id], False
-    return _summaries(batch, {}), more
+    cursor = batch[-1].id if batch else after_id
+    summaries = selectors.work_item_summaries({e.work_item_id for e in batch})
+    page = [(e.id, events.event_message(e, summaries[e.work_item_id])) for e in batch if e.work_item_id in summaries]
+    return page, cursor, more
+
+
+_replay_executor: ThreadPoolExecutor | None = None
+
+
+def _replay_read(**kwargs):
+    """`_events_page` on the replay threads (each with its own database connection)."""
+    global _replay_executor
+    if _replay_executor is None:
+        _replay_executor = ThreadPoolExecutor(max_workers=REPLAY_THREADS, thread_name_prefix="workcenter-replay")
+    return database_sync_to_async(_events_page, thread_sensitive=False, executor=_replay_executor)(**kwargs)
 
 
 class WorkItemStreamConsumer(AsyncWebsocketConsumer):
     """`/ws/work-items/` (all items) and `/ws/work-items/<item_id>/` (one item)."""
 
     item_id: str | None = None
-    last_id: int = 0
+    last_id: int = 0  # the id of the last event sent (or known to the client)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._replay: asyncio.Task | None = None
+        self._pending: collections.deque = collections.deque()  # group messages held during a replay
+        self._read_to = 0  # a buffered message above this id was dropped: the replay reads up to it
+        self._progress: dict = {}  # during a replay: the latest progress message of each run
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -104,7 +142,11 @@ class WorkItemStreamConsumer(AsyncWebsocketConsumer):
             self.last_id = hello["last_event_id"]
         else:
             self.last_id = after_id
-            await self._send_stored(before_id=None)
+            self._start_replay(read_all=True)
+
+    async def websocket_disconnect(self, message) -> None:
+        self._stop_replay()  # first: nothing more is read or sent for a client that left
+        await super().websocket_disconnect(message)
 
     async def disconnect(self, code) -> None:
         pump.consumer_left(self.channel_name)
@@ -126,27 +168,90 @@ class WorkItemStreamConsumer(AsyncWebsocketConsumer):
             hello = {"type": "hello", "last_event_id": last, "graph": graph}
         return hello
 
+    # --- replay --------------------------------------------------------------------------------
+
+    def _start_replay(self, *, read_all: bool) -> None:
+        if self._replay is None:
+            self._replay = asyncio.get_running_loop().create_task(
+                self._run_replay(read_all), name=f"workcenter-replay-{self.channel_name}")
+
+    def _stop_replay(self) -> None:
+        task, self._replay = self._replay, None
+        if task is not None:
+            task.cancel()
+        self._pending.clear()
+        self._progress.clear()
+
+    async def _run_replay(self, read_all: bool) -> None:
+        """Send the stored events after the last sent one, then the buffered group messages (a
+        hole before one of them read from the database first); the stream is live again when
+        nothing is left to send."""
+        try:
+            if read_all:
+                await self._send_stored(before_id=None)
+            while self._pending or self._read_to > self.last_id or self._progress:
+                if not self._pending and self._read_to <= self.last_id:  # the events are sent
+                    progress, self._progress = list(self._progress.values()), {}
+                    for message in progress:
+                        await self.send_json(message)
+                    continue
+                if not self._pending:  # buffered messages were dropped: read them back
+                    dropped_to = self._read_to
+                    await self._send_stored(before_id=None)
+                    if self._read_to == dropped_to:  # none dropped meanwhile: all stored was read
+                        self._read_to = 0
+                    continue
+                message = self._pending.popleft()
+                event_id = message["id"]
+                if event_id <= self.last_id:
+                    continue  # already sent (replayed, or a hole filled from the database)
+                if self._previous(message) > self.last_id:
+                    await self._send_stored(before_id=event_id)
+                await self._forward(event_id, message["message"])
+        except Exception:  # the client resumes from the last id it received
+            logger.exception("replay after event %s failed", self.last_id)
+            self._pending.clear()
+            self._progress.clear()
+            await self.close(code=CLOSE_INTERNAL_ERROR)  # what is sent after it is dropped
+        finally:
+            if self._replay is asyncio.current_task():
+                self._replay = None  # no await since the last check: the next message goes live
+
     async def _send_stored(self, *, before_id: int | None) -> None:
         """Send the stored events after the last sent one (and before `before_id`), page by page."""
         more = True
         while more:
-            page, more = await database_sync_to_async(_events_page)(
-                after_id=self.last_id, before_id=before_id, item_id=self.item_id)
-            for message in page:
-                await self._forward(message["event"]["id"], message)
+            page, cursor, more = await _replay_read(after_id=self.last_id, before_id=before_id, item_id=self.item_id)
+            for event_id, message in page:
+                await self._forward(event_id, message)
+            self.last_id = max(self.last_id, cursor)
+            await asyncio.sleep(0)  # between pages: the other clients' turn
 
     async def _forward(self, event_id: int, message: dict) -> None:
         if event_id > self.last_id:
             await self.send_json(message)
             self.last_id = event_id
 
+    def _previous(self, message: dict) -> int:
+        return message["prev_id"] if self.item_id is None else message["item_prev_id"]
+
+    def _buffer(self, message: dict) -> None:
+        if len(self._pending) < PENDING_MAX:
+            self._pending.append(message)
+        else:
+            self._read_to = max(self._read_to, message["id"])
+
+    # --- live ----------------------------------------------------------------------------------
+
     async def stream_event(self, message: dict) -> None:
+        if self._replay is not None:
+            return self._buffer(message)  # sent by the replay, after what it reads
         event_id = message["id"]
         if event_id <= self.last_id:
-            return  # already sent (backfill, or a hole filled from the database)
-        previous = message["prev_id"] if self.item_id is None else message["item_prev_id"]
-        if previous > self.last_id:
-            await self._send_stored(before_id=event_id)
+            return  # already sent
+        if self._previous(message) > self.last_id:
+            self._buffer(message)  # a hole before it: read from the database, then sent
+            return self._start_replay(read_all=False)
         await self._forward(event_id, message["message"])
 
     async def stream_events(self, message: dict) -> None:
@@ -155,6 +260,9 @@ class WorkItemStreamConsumer(AsyncWebsocketConsumer):
             await self.stream_event(event_message)
 
     async def stream_progress(self, message: dict) -> None:
+        if self._replay is not None:  # transient: only the latest of each run is worth sending late
+            self._progress[message["message"].get("run_id")] = message["message"]
+            return
         await self.send_json(message["message"])
 
     async def send_json(self, message: dict) -> None:

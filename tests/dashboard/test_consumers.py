@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from channels.db import database_sync_to_async
@@ -262,7 +263,7 @@ def test_resume_backfills_then_goes_live_without_gap_or_duplicate(store, viewer_
         store.claim_item(item.pk)
 
     calls = _commit_during_first_read(monkeypatch, commit_concurrently)
-    monkeypatch.setattr(consumers, "BACKFILL_PAGE", 2)  # several pages
+    monkeypatch.setattr(consumers, "REPLAY_PAGE", 2)  # several pages
     path = f"/ws/work-items/{item.pk}/" if per_item else "/ws/work-items/"
 
     async def scenario():
@@ -291,7 +292,7 @@ def test_lost_group_messages_are_read_back_from_the_database(store, viewer_token
     path = f"/ws/work-items/{item.pk}/" if per_item else "/ws/work-items/"
     real_send = events._group_send
     losing, dropped = [True], []
-    monkeypatch.setattr(consumers, "BACKFILL_PAGE", 2)  # the hole spans several pages
+    monkeypatch.setattr(consumers, "REPLAY_PAGE", 2)  # the hole spans several pages
 
     def lossy_send(layer, groups, message):
         if message["type"] in ("stream.event", "stream.events") and losing[0]:
@@ -378,3 +379,155 @@ def test_event_committed_right_after_the_snapshot_read_is_delivered(store, viewe
         assert await comm.receive_nothing()
         await comm.disconnect()
     run(scenario)
+
+
+# --- replay: paged, beside the handshakes, ended by the client -------------------------------------
+
+class _Pages:
+    """Counts the replay's page reads; the `hold_at`-th waits (on its replay thread) for `release`."""
+
+    def __init__(self, monkeypatch, hold_at: int | None = None):
+        self.real = consumers._events_page
+        self.calls = 0
+        self.hold_at = hold_at
+        self.held, self.release = threading.Event(), threading.Event()
+        monkeypatch.setattr(consumers, "_events_page", self)
+
+    def __call__(self, **kwargs):
+        self.calls += 1
+        if self.calls == self.hold_at:
+            self.held.set()
+            self.release.wait(10)
+        return self.real(**kwargs)
+
+    async def wait_held(self):
+        assert await asyncio.get_running_loop().run_in_executor(None, self.held.wait, TIMEOUT)
+
+
+def _history(store, items: int = 8) -> list[int]:
+    for i in range(items):
+        store.linear(title=f"history {i}")
+    return list(Event.objects.order_by("id").values_list("id", flat=True))
+
+
+def test_a_client_connecting_while_a_replay_page_is_read_gets_its_hello(store, viewer_token, monkeypatch):
+    ids = _history(store)
+    monkeypatch.setattr(consumers, "REPLAY_PAGE", 2)
+    pages = _Pages(monkeypatch, hold_at=1)
+
+    async def scenario():
+        replaying, hello = await open_stream("/ws/work-items/?after_id=0", headers=bearer(viewer_token))
+        await pages.wait_held()  # the replay's first read has not returned
+        other, other_hello = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
+        assert other_hello == {"type": "hello", "last_event_id": ids[-1]}
+        pages.release.set()
+        got = await receive_all(replaying, len(ids))
+        assert [m["event"]["id"] for m in got] == ids
+        assert await replaying.receive_nothing() and await other.receive_nothing()
+        await replaying.disconnect()
+        await other.disconnect()
+    try:
+        run(scenario)
+    finally:
+        pages.release.set()
+
+
+def test_a_replay_reads_no_page_after_its_client_left(store, viewer_token, monkeypatch):
+    ids = _history(store)
+    monkeypatch.setattr(consumers, "REPLAY_PAGE", 2)
+    assert len(ids) > 3 * 2  # pages after the held one
+    pages = _Pages(monkeypatch, hold_at=2)
+
+    async def scenario():
+        comm, _ = await open_stream("/ws/work-items/?after_id=0", headers=bearer(viewer_token))
+        assert [m["event"]["id"] for m in await receive_all(comm, 2)] == ids[:2]
+        await pages.wait_held()
+        await comm.send_input({"type": "websocket.disconnect", "code": 1001})  # the client is gone
+        await asyncio.sleep(0.1)
+        pages.release.set()  # the read in flight returns; nothing follows it
+        await asyncio.sleep(0.5)
+        assert pages.calls == 2
+        await comm.wait(timeout=TIMEOUT)  # the consumer has ended
+    try:
+        run(scenario)
+    finally:
+        pages.release.set()
+
+
+@pytest.mark.parametrize("pending_max", [consumers.PENDING_MAX, 1])
+def test_events_committed_during_a_replay_are_sent_once_after_it(store, viewer_token, monkeypatch, pending_max):
+    """Live messages that arrive during the replay wait for it, minus what it already sent; past
+    `PENDING_MAX` they are dropped and read back from the database."""
+    _history(store)
+    busy = store.linear(title="busy")
+    after_id = Event.objects.order_by("id").values_list("id", flat=True)[1]
+    monkeypatch.setattr(consumers, "REPLAY_PAGE", 2)
+    monkeypatch.setattr(consumers, "PENDING_MAX", pending_max)
+    pages = _Pages(monkeypatch, hold_at=3)
+    real_events_after = selectors.events_after
+    reads = []
+
+    def events_after(**kwargs):
+        reads.append(kwargs)
+        if len(reads) == 2:  # between two pages: several events of two items commit
+            claim = store.claim_item(busy.pk)
+            store.complete(claim)
+            store.linear(title="newcomer")
+        return real_events_after(**kwargs)
+
+    monkeypatch.setattr(selectors, "events_after", events_after)
+    buffered, dropped = [], []
+    real_buffer = consumers.WorkItemStreamConsumer._buffer
+
+    def spy(self, message):
+        (dropped if len(self._pending) >= consumers.PENDING_MAX else buffered).append(message["id"])
+        real_buffer(self, message)
+
+    monkeypatch.setattr(consumers.WorkItemStreamConsumer, "_buffer", spy)
+
+    async def scenario():
+        comm, _ = await open_stream(f"/ws/work-items/?after_id={after_id}", headers=bearer(viewer_token))
+        await pages.wait_held()
+        await asyncio.sleep(0.5)  # the commits' messages reach the consumer while it replays
+        pages.release.set()
+        want = await db_call(stored_events)(after_id=after_id)
+        got = await receive_all(comm, len(want))
+        assert [m["event"] for m in got] == want  # every event once, in id order
+        assert await comm.receive_nothing(timeout=0.3)
+        await db_call(services.work_item_cancel)(item_id=busy.pk, now=store.now())  # then live
+        live = await comm.receive_json_from(timeout=TIMEOUT)
+        assert live["event"]["type"] == "work_item.cancelled" and live["event"]["id"] > want[-1]["id"]
+        await comm.disconnect()
+    try:
+        run(scenario)
+    finally:
+        pages.release.set()
+    assert buffered, "no live message arrived during the replay"
+    assert bool(dropped) == (pending_max == 1)
+
+
+def test_progress_during_a_replay_follows_it_latest_only(store, viewer_token, monkeypatch):
+    ids = _history(store, items=3)
+    claim = store.claim()
+    ids = list(Event.objects.order_by("id").values_list("id", flat=True))
+    monkeypatch.setattr(consumers, "REPLAY_PAGE", 2)
+    pages = _Pages(monkeypatch, hold_at=2)
+
+    async def scenario():
+        comm, _ = await open_stream("/ws/work-items/?after_id=0", headers=bearer(viewer_token))
+        await pages.wait_held()
+        for text in ("first", "second"):
+            await db_call(services.run_progress)(
+                run_id=claim.run.pk, owner_boot_id=claim.run.owner_boot_id, lease_epoch=claim.run.lease_epoch,
+                progress={"response": text}, now=store.now())
+        await asyncio.sleep(0.3)
+        pages.release.set()
+        got = await receive_all(comm, len(ids) + 1)
+        assert [m["event"]["id"] for m in got[:-1]] == ids
+        assert got[-1]["type"] == "progress" and got[-1]["response_tail"] == "second"
+        assert await comm.receive_nothing()
+        await comm.disconnect()
+    try:
+        run(scenario)
+    finally:
+        pages.release.set()
