@@ -51,7 +51,9 @@ class _Settings:
 
 def file_index() -> WhiteNoiseMiddleware:
     if settings.DEBUG:
-        return WhiteNoiseMiddleware(settings=_Settings(WHITENOISE_USE_FINDERS=True, WHITENOISE_AUTOREFRESH=True))
+        # the app directories only: an old collectstatic copy must not shadow a deleted file
+        return WhiteNoiseMiddleware(settings=_Settings(WHITENOISE_USE_FINDERS=True, WHITENOISE_AUTOREFRESH=True,
+                                                       STATIC_ROOT=None))
     if collected(settings.STATIC_ROOT):
         return WhiteNoiseMiddleware(settings=_Settings(WHITENOISE_USE_FINDERS=False, WHITENOISE_AUTOREFRESH=False))
     logger.warning("static files: %s holds no collected files; serving them from the app directories, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -143,6 +144,17 @@ def screenshot(page, name: str) -> Path:
     path = SCREENSHOTS / name
     page.screenshot(path=str(path))
     return path
+
+
+def wait_for_js(page, expression: str, arg=None, timeout: float = 10_000) -> None:
+    """`page.wait_for_function` without its in-page `eval`, which the pages' Content-Security-Policy
+    (no 'unsafe-eval') refuses: polls `page.evaluate`, a DevTools call that no page policy governs.
+    `expression` is a JS expression, or a function of `arg`."""
+    deadline = time.monotonic() + timeout / 1000
+    while not page.evaluate(expression, arg):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not true within {timeout:.0f} ms: {expression}")
+        page.wait_for_timeout(50)
 
 
 def wait_live(page) -> None:

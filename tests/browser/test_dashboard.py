@@ -9,7 +9,7 @@ from tests.conftest import Clock, Store, completed, make_graph
 from workcenter import services
 from workcenter.models import Action
 
-from .conftest import screenshot, wait_live
+from .conftest import screenshot, wait_for_js, wait_live
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,7 +76,7 @@ def test_list_shows_an_item_created_through_the_api_without_reload(page, daphne_
     assert page.locator("#items tr").first.get_attribute("data-id") == body["id"]
     assert "Arrived live" in row.inner_text()
     assert row.get_attribute("data-status") == "ready"
-    page.wait_for_function("document.querySelector('#status-filters [data-status=all] .chip-count').textContent === '2'")
+    wait_for_js(page, "document.querySelector('#status-filters [data-status=all] .chip-count').textContent === '2'")
     screenshot(page, "list.png")
 
 
@@ -184,7 +184,7 @@ def test_retry_through_the_ui_previews_outlines_and_resets_exactly_those_nodes(p
     page.keyboard.press("Escape")
     page.wait_for_selector("#retry-dialog", state="hidden")
     # (the dialog's close event, which clears the outline, is dispatched after it hides)
-    page.wait_for_function("document.querySelectorAll('#graph g.node.outlined').length === 0", timeout=2000)
+    wait_for_js(page, "document.querySelectorAll('#graph g.node.outlined').length === 0", timeout=2000)
     assert store.item(item.pk).status == "needs_attention"
     # confirm for real
     page.click("#btn-retry")
@@ -192,7 +192,7 @@ def test_retry_through_the_ui_previews_outlines_and_resets_exactly_those_nodes(p
     page.click("#retry-confirm")
     page.wait_for_selector("#retry-dialog", state="hidden")
     # then exactly those nodes become ready, live, and the others keep their status
-    page.wait_for_function("""(stages) => stages.every(s =>
+    wait_for_js(page, """(stages) => stages.every(s =>
         document.querySelector(`#graph g.node[data-stage="${s}"]`).dataset.status === 'ready')""", arg=to_reset)
     after = node_statuses(page)
     for stage, status in before.items():
@@ -300,7 +300,7 @@ def _layered_stages(n: int) -> list[dict]:
 def test_graph_layout_and_draw_time(page, daphne_server, store, size, bound_ms, bg):
     item = store.graph(_layered_stages(size), title=f"{size} stages")
     page.goto(f"{daphne_server.url}/work-items/{item.pk}/")
-    page.wait_for_function("window.__wcGraphTiming && window.__wcGraphTiming.nodes > 0", timeout=30_000)
+    wait_for_js(page, "window.__wcGraphTiming && window.__wcGraphTiming.nodes > 0", timeout=30_000)
     timing = page.evaluate("window.__wcGraphTiming")
     assert timing["nodes"] == size
     assert page.locator("#graph g.node").count() == size
