@@ -25,8 +25,9 @@ recovered); one daphne SIGKILLed and restarted on its port; two threads of peopl
 answers to waiting items and retries of failed ones (`POST …/retry`), cancels, guidance and
 contract changes through the API, admin repairs through the services (`run_release`,
 `action_reset`, `action_mark_failed`, `action_edit`), and stale worker calls (submit, renew,
-progress, interrupt with the fence of a run that ended, or with a wrong epoch or boot id on a
-live one) that must all be refused and change nothing; and a websocket listener on
+progress, interrupt with the fence of a run that ended, with a wrong epoch or boot id on a live
+one, or with a live run's own fence at a moment past its lease expiry) that must all be refused
+and change nothing; and a websocket listener on
 /ws/work-items/ that drops its connection at random (cleanly or by closing the socket),
 switches servers and resumes with `after_id`.
 
@@ -98,6 +99,9 @@ NO_WORKSPACE_SHARE = 0.1
 START_TIMEOUT = 60.0
 ADMIN = "admin:chaos"
 BIG = 2 ** 62
+STALE_RESULT = {"outcome": "completed", "summary": "stale", "evidence": ["stale"],
+                "acceptance_checks": [{"criterion": c, "status": "passed", "evidence": "stale"}
+                                      for c in ("it works", "nothing is lost")]}
 
 
 def log(msg: str) -> None:
@@ -496,7 +500,7 @@ class Chaos:
 
         op = rng.choices(
             ["answer", "retry", "cancel", "guidance", "update", "release", "reset", "mark_failed", "edit", "stale"],
-            weights=[5, 5, 1, 1, 1, 1.5, 1.5, 1, 1, 3])[0]
+            weights=[5, 5, 1, 1, 1, 1.5, 1.5, 1, 1, 6])[0]
         if op != "stale" and self.budgets[op] <= 0:
             return
         if op == "answer":
@@ -579,13 +583,19 @@ class Chaos:
             self.budgets[name] -= 1
 
     def stale_probe(self, rng: random.Random) -> None:
-        """A worker call with a fence that must fail: the triple of an ended run, or a live run's
-        with a wrong epoch or boot id. Submit, renew and progress must answer 409 stale_run,
-        interrupt `{"interrupted": false}`, and an ended run's row must not change."""
+        """A worker call whose fence must fail, of one of three kinds: the triple of a run that
+        ended (over the API); a live run's with a wrong epoch or boot id (over the API); or a
+        live run's own triple at a moment past its lease expiry (through the services, with an
+        injected clock: the window between expiry and recovery, which a real zombie can hit).
+        Submit, renew and progress must be refused (409 stale_run / None), interrupt must answer
+        `{"interrupted": false}`, and an ended run's row must not change."""
+        kind = rng.choice(["ended"] * 5 + ["wrong"] * 3 + ["expired"] * 2)
+        if kind == "expired":
+            return self._expired_probe(rng)
         from workcenter.models import Run
 
         fields = ("status", "ended_at", "expires_at", "progress_revision", "summary", "response")
-        ended = rng.random() < 0.7
+        ended = kind == "ended"
         qs = Run.objects.exclude(status="running") if ended else Run.objects.filter(status="running")
         if ended and self.orphans and rng.random() < 0.5:
             qs = qs.filter(pk__in=list(self.orphans))
@@ -601,9 +611,7 @@ class Chaos:
         fence = {"owner_boot_id": boot, "lease_epoch": epoch}
         call = rng.choice(["submit", "renew", "progress", "interrupt"])
         body = {
-            "submit": {**fence, "outcome": "completed", "summary": "stale", "evidence": ["stale"],
-                       "acceptance_checks": [{"criterion": c, "status": "passed", "evidence": "stale"}
-                                             for c in ("it works", "nothing is lost")]},
+            "submit": {**fence, **STALE_RESULT},
             "renew": {**fence, "lease_ms": 600_000},
             "progress": {**fence, "response": "stale progress"},
             "interrupt": {**fence, "reason": "stale interrupt"},
@@ -616,15 +624,45 @@ class Chaos:
         refused = (status == 200 and payload.get("interrupted") is False) if call == "interrupt" else (
             status == 409 and payload.get("code") == "stale_run")
         if not refused:
-            with self.lock:
-                self.stale_accepted.append(f"{call} on {'ended' if ended else 'live'} run {run['pk']} "
-                                           f"({run['status']}) with {fence}: {status} {payload}"[:400])
+            self._accepted(f"{call} on {kind} run {run['pk']} ({run['status']}) with {fence}: {status} {payload}")
         if ended:
             after = Run.objects.filter(pk=run["pk"]).values(*fields).first()
             before = {k: run[k] for k in fields}
             if after != before:
-                with self.lock:
-                    self.stale_accepted.append(f"{call} changed ended run {run['pk']}: {before} -> {after}"[:400])
+                self._accepted(f"{call} changed ended run {run['pk']}: {before} -> {after}")
+
+    def _expired_probe(self, rng: random.Random) -> None:
+        from datetime import timedelta
+
+        from workcenter import services
+        from workcenter.errors import StaleRun, WorkcenterError
+        from workcenter.models import Run
+
+        run = Run.objects.filter(status="running").order_by("?").values(
+            "pk", "owner_boot_id", "lease_epoch", "expires_at").first()
+        if run is None:
+            return
+        fence = {"run_id": run["pk"], "owner_boot_id": run["owner_boot_id"], "lease_epoch": run["lease_epoch"],
+                 "now": run["expires_at"] + timedelta(milliseconds=1)}
+        call = rng.choice(["submit", "renew", "progress"])
+        self.count("stale_probes")
+        try:
+            if call == "renew":
+                out = services.run_renew(lease_ms=600_000, **fence)
+            elif call == "progress":
+                out = services.run_progress(progress={"response": "stale progress"}, **fence)
+            else:
+                out = services.run_submit(result=dict(STALE_RESULT), **fence)
+        except StaleRun:
+            return
+        except WorkcenterError as exc:
+            out = f"{exc.code}: {exc.message}"
+        if out is not None:
+            self._accepted(f"{call} of run {run['pk']} after its lease expired was not refused: {out!r}")
+
+    def _accepted(self, message: str) -> None:
+        with self.lock:
+            self.stale_accepted.append(message[:400])
 
     def people(self, seed: int, stop: threading.Event) -> None:
         """A thread of people and admins acting every 0.2-0.8 s (two run at once)."""
@@ -1093,7 +1131,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  settle: {'quiescent' if quiet else 'NOT quiescent'} after {settle_s:.1f} s")
         stuck = chaos.stuck()
         probe_rng = random.Random(args.seed + 3)
-        for _ in range(10):  # a last round of stale calls on the settled state
+        for _ in range(30):  # a last round of stale calls on the settled state
             chaos.stale_probe(probe_rng)
         for w in chaos.workers:
             w.stop()
