@@ -48,16 +48,16 @@ class _NormalizedOnReadJSONField(models.JSONField):
     """A JSONField passing every value it loads through `services.normalize.<reader>`."""
 
     reader = ""  # the name of the read normaliser in workcenter.services.normalize
+    _normalize = None  # that function, resolved on first use (the services import the models)
 
     def from_db_value(self, value, expression, connection):
         if isinstance(expression, KeyTransform):  # a key inside the value, not the stored value
             return super().from_db_value(value, expression, connection)
-        normalize = self.__dict__.get("_normalize")
+        normalize = self._normalize
         if normalize is None:
-            # resolved on first use: the services import the models, so not at import time
             from workcenter.services import normalize as module
 
-            normalize = self.__dict__["_normalize"] = getattr(module, self.reader)
+            normalize = self._normalize = getattr(module, self.reader)
         return normalize(_decode(value))
 
     def deconstruct(self):
