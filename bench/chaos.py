@@ -942,8 +942,7 @@ CHECKS = [
      "(SELECT 1 FROM workcenter_run r WHERE r.id = e.run_id)) OR (e.action_id IS NOT NULL AND NOT EXISTS "
      "(SELECT 1 FROM workcenter_action a WHERE a.id = e.action_id))"),
     ("invariant 5", "a run whose ended_at disagrees with its status",
-     "SELECT id, status FROM workcenter_run WHERE (status = 'running') = (ended_at IS NOT NULL) "
-     "OR ended_at < started_at"),
+     "SELECT id, status FROM workcenter_run WHERE (status = 'running') = (ended_at IS NOT NULL)"),
     ("invariant 6", "a waiting linear item with a running run",
      f"SELECT w.id FROM workcenter_workitem w JOIN workcenter_run r ON r.work_item_id = w.id AND r.status = 'running' "
      f"WHERE w.status = 'waiting' AND NOT COALESCE({GRAPH}, false)"),
@@ -1032,6 +1031,8 @@ CHECKS = [
 ]
 
 INFO = [
+    ("runs stamped as ended before they started (the ending transaction read the clock before its lock)",
+     "SELECT id, id, extract(epoch FROM started_at - ended_at) * 1000 FROM workcenter_run WHERE ended_at < started_at"),
     ("claims stamped earlier than an event committed before them (clock read before the candidate scan)",
      "SELECT e.id, p.lag, p.lag FROM workcenter_event e JOIN LATERAL (SELECT extract(epoch FROM max(q.created_at) "
      "- e.created_at) * 1000 AS lag FROM workcenter_event q WHERE q.id < e.id AND q.id > e.id - 100) p ON true "
