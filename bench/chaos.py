@@ -27,9 +27,8 @@ contract changes through the API, admin repairs through the services (`run_relea
 `action_reset`, `action_mark_failed`, `action_edit`), and stale worker calls (submit, renew,
 progress, interrupt with the fence of a run that ended, with a wrong epoch or boot id on a live
 one, or with a live run's own fence at a moment past its lease expiry) that must all be refused
-and change nothing; and a websocket listener on
-/ws/work-items/ that drops its connection at random (cleanly or by closing the socket),
-switches servers and resumes with `after_id`.
+and change nothing; and a websocket listener on /ws/work-items/ that drops its connection at
+random (cleanly or by closing the socket), switches servers and resumes with `after_id`.
 
 Then faults stop and the workers get a settle period (`--settle`, default 90 s) that ends early
 once the system is quiescent: no item `ready` or `running` and no run `running`. At its end:
@@ -43,8 +42,8 @@ once the system is quiescent: no item `ready` or `running` and no run `running`.
   epoch claimed twice), workspace exclusivity (DOMAIN §5.4 matrix over the running intervals
   of runs in one workspace), fences (epochs strictly increasing per action; no event naming a
   run after the transaction that ended it; one terminal event per run, matching its status;
-  worker events only from the run's own boot id), and DOMAIN §15's invariants 1-15 each as a
-  query that must return no row (plus the derived `claimable` flag and the linear status rule).
+  worker events only from the run's own boot id), and DOMAIN §15's invariants, each as a query
+  that must return no row (plus the derived `claimable` flag and the linear status rule).
 * **lost_events** = stored events the resumed listener never received.
 
 Run intervals are compared in commit order: a run starts at the id of its `run.claimed` event
@@ -53,8 +52,8 @@ stamped with its `ended_at`). Event ids are drawn while the transaction holds it
 when a claim saw a run end, the end's event ids are lower than the claim's. The same overlap
 test on the `started_at`/`ended_at` wall-clock stamps is printed for information only: a
 transaction reads the clock before its candidate scan and its locks, so two correctly
-serialised transactions can carry stamps out of order (by up to ~150 ms on a loaded 2-core
-machine).
+serialised transactions can carry stamps out of order (by hundreds of milliseconds on a loaded
+2-core machine, by seconds when a worker stalls inside a claim).
 
 With `--json` the last line printed is one JSON object: `seconds`, `kills`, `items`,
 `violations`, `lost_events`, `stuck` and more figures. The exit code is 1 when any check fails.
@@ -877,7 +876,8 @@ CHECKS = [
      f"SELECT x.id, x.mode, y.id, y.mode, x.ws FROM chaos_runs x JOIN chaos_runs y "
      f"ON x.ws = y.ws AND x.ws <> '' AND x.id < y.id WHERE {OVERLAP_COMMIT} AND {CONFLICT}"),
     ("exclusivity", "a workspace mode edited (the check assumes a run's mode is its action's)",
-     "SELECT id FROM workcenter_event WHERE type = 'action.edited' AND (data -> 'changed_fields') @> '[\"workspace_mode\"]'::jsonb"),
+     "SELECT id FROM workcenter_event WHERE type = 'action.edited' "
+     "AND (data -> 'changed_fields') @> '[\"workspace_mode\"]'::jsonb"),
     # --- fences (DOMAIN §6, invariants 3, 5, 11)
     ("fences", "lease epochs not strictly increasing in claim order",
      "SELECT x.id, y.id FROM chaos_runs x JOIN chaos_runs y ON x.action_id = y.action_id "
@@ -909,7 +909,8 @@ CHECKS = [
      "WHERE e.actor LIKE 'worker:%' AND e.actor <> 'worker:' || r.owner_boot_id"),
     # --- DOMAIN §15 invariants
     ("invariant 1", "current_run_id set iff the action is running",
-     "SELECT id, status, current_run_id FROM workcenter_action WHERE (status = 'running') <> (current_run_id IS NOT NULL)"),
+     "SELECT id, status, current_run_id FROM workcenter_action "
+     "WHERE (status = 'running') <> (current_run_id IS NOT NULL)"),
     ("invariant 1", "a running action whose current run is not its running run of the same epoch",
      "SELECT a.id FROM workcenter_action a LEFT JOIN workcenter_run r ON r.id = a.current_run_id "
      "WHERE a.status = 'running' AND (r.id IS NULL OR r.status <> 'running' OR r.action_id <> a.id "
@@ -962,14 +963,17 @@ CHECKS = [
      "JOIN workcenter_workitem w ON w.id = r.work_item_id WHERE r.status = 'completed' "
      "AND a.contract_revision = w.revision AND (jsonb_array_length(r.acceptance_checks) "
      "<> jsonb_array_length(w.acceptance_criteria) OR EXISTS (SELECT 1 FROM jsonb_array_elements(r.acceptance_checks) "
-     "WITH ORDINALITY c(v, i) WHERE btrim(c.v ->> 'criterion') IS DISTINCT FROM (w.acceptance_criteria ->> (c.i::int - 1)) "
-     "OR c.v ->> 'status' NOT IN ('passed', 'deferred', 'not_applicable') OR COALESCE(btrim(c.v ->> 'evidence'), '') = ''))"),
+     "WITH ORDINALITY c(v, i) WHERE btrim(c.v ->> 'criterion') "
+     "IS DISTINCT FROM (w.acceptance_criteria ->> (c.i::int - 1)) "
+     "OR c.v ->> 'status' NOT IN ('passed', 'deferred', 'not_applicable') "
+     "OR COALESCE(btrim(c.v ->> 'evidence'), '') = ''))"),
     ("invariant 7", "a completed test, deliver or approved review with a check not passed",
      "SELECT r.id FROM workcenter_run r JOIN workcenter_action a ON a.id = r.action_id WHERE r.status = 'completed' "
      "AND (a.type IN ('test', 'deliver') OR (a.type = 'review' AND r.review_decision = 'approved')) "
      "AND EXISTS (SELECT 1 FROM jsonb_array_elements(r.acceptance_checks) c(v) WHERE c.v ->> 'status' <> 'passed')"),
     ("invariant 8", "an item's revision is not 1 + its contract changes",
-     "SELECT w.id, w.revision FROM workcenter_workitem w WHERE w.revision <> 1 + (SELECT count(*) FROM workcenter_event e "
+     "SELECT w.id, w.revision FROM workcenter_workitem w WHERE w.revision <> 1 + "
+     "(SELECT count(*) FROM workcenter_event e "
      "WHERE e.work_item_id = w.id AND e.type = 'workflow.retriaged') + (SELECT count(*) FROM workcenter_run r "
      "JOIN workcenter_action a ON a.id = r.action_id WHERE r.work_item_id = w.id AND r.status = 'completed' "
      "AND a.type = 'triage' AND r.contract_patch IS NOT NULL)"),
@@ -979,7 +983,8 @@ CHECKS = [
      "AND e.type = 'workflow.retriaged' AND e.id <= c.ce)"),
     ("invariant 9", "an event of a cancelled item after its cancellation",
      "SELECT e.id, e.type FROM workcenter_event e JOIN (SELECT work_item_id, min(id) AS cid FROM workcenter_event "
-     "WHERE type = 'work_item.cancelled' GROUP BY work_item_id) c ON c.work_item_id = e.work_item_id WHERE e.id > c.cid"),
+     "WHERE type = 'work_item.cancelled' GROUP BY work_item_id) c ON c.work_item_id = e.work_item_id "
+     "WHERE e.id > c.cid"),
     ("invariant 9", "a done or cancelled item with open actions or running runs",
      "SELECT w.id, w.status FROM workcenter_workitem w WHERE w.status IN ('done', 'cancelled') AND (EXISTS (SELECT 1 "
      "FROM workcenter_action a WHERE a.work_item_id = w.id AND a.status IN ('ready', 'running', 'waiting')) "
@@ -1016,7 +1021,8 @@ CHECKS = [
          LEFT JOIN workcenter_action a ON a.id = w.current_action_id
          WHERE NOT COALESCE({GRAPH}, false) AND NOT (
            (w.status = 'ready' AND a.status = 'ready') OR (w.status = 'running' AND a.status = 'running')
-           OR (w.status = 'waiting' AND a.status = 'completed') OR (w.status = 'needs_attention' AND a.status = 'failed')
+           OR (w.status = 'waiting' AND a.status = 'completed')
+           OR (w.status = 'needs_attention' AND a.status = 'failed')
            OR (w.status = 'done' AND w.current_action_id IS NULL) OR w.status IN ('cancelled', 'draft'))"""),
     ("claim flag", "the derived claimable flag disagrees with the readiness rule (DOMAIN §5.1-5.3)",
      f"""SELECT a.id, a.claimable FROM workcenter_action a JOIN workcenter_workitem w ON w.id = a.work_item_id
@@ -1026,7 +1032,8 @@ CHECKS = [
                SELECT 1 FROM workcenter_action c WHERE c.work_item_id = a.work_item_id AND c.status = 'completed'
                AND COALESCE(NULLIF(c.stage_id, ''), c.type) = d.s AND c.sequence = (
                  SELECT max(c2.sequence) FROM workcenter_action c2 WHERE c2.work_item_id = a.work_item_id
-                 AND COALESCE(NULLIF(c2.stage_id, ''), c2.type) = d.s AND c2.status NOT IN ('superseded', 'cancelled'))))
+                 AND COALESCE(NULLIF(c2.stage_id, ''), c2.type) = d.s
+                 AND c2.status NOT IN ('superseded', 'cancelled'))))
            ELSE w.status = 'ready' AND w.current_run_id IS NULL AND w.current_action_id = a.id END)"""),
 ]
 
@@ -1058,7 +1065,8 @@ def run_checks() -> tuple[list[dict], list[dict]]:
         for group, name, sql in CHECKS:
             cur.execute(f"SELECT * FROM ({sql}) q LIMIT 1000")
             rows = cur.fetchall()
-            results.append({"group": group, "name": name, "count": len(rows), "sample": [list(map(str, r)) for r in rows[:3]]})
+            results.append({"group": group, "name": name, "count": len(rows),
+                            "sample": [list(map(str, r)) for r in rows[:3]]})
         for name, sql in INFO:
             cur.execute(f"SELECT * FROM ({sql}) q LIMIT 1000")
             rows = cur.fetchall()
