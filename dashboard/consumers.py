@@ -7,9 +7,9 @@ as the snapshot is read; a resume (`?after_id=`) then replays the stored events 
 own, so the handshake never waits for the replay.
 
 Replay: pages of `REPLAY_PAGE` events, each one short read (events by primary key, then the
-page's item summaries in one batch read) rendered on the replay threads (`REPLAY_THREADS`, not
-the database thread that every consumer's handshake and dispatch share), the task yielding
-between pages. Group messages that arrive meanwhile are buffered (at most `PENDING_MAX`; past
+page's item summaries in one batch read) rendered on the replay thread (`REPLAY_THREADS`, not
+the database thread that every consumer's handshake and dispatch share), which rests after each
+page (`REPLAY_REST`); the task yields between pages. Group messages that arrive meanwhile are buffered (at most `PENDING_MAX`; past
 that they are dropped and read back from the database instead) and sent after the replay,
 minus what it already sent (the id cursor); of the progress messages (transient, API.md §4)
 only the latest of each run is kept and sent after the events. A client that leaves cancels
@@ -34,6 +34,7 @@ import collections
 import json
 import logging
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qs
 
@@ -59,6 +60,10 @@ REPLAY_PAGE = 200  # events per replay read
 # (measured with three full replays of 10,000 events: a hello took 0.13-0.44 s with two replay
 # threads, 0.02-0.07 s with one).
 REPLAY_THREADS = 1
+# After each page the replay thread rests this many times as long as the page took (measured as
+# above on a loaded machine: hellos within 0.02-0.22 s without the rest, 0.01-0.08 s with it; a
+# replay of 10,000 events takes about 3 s instead of 1.5 s).
+REPLAY_REST = 1.0
 PENDING_MAX = 1000  # live messages a consumer buffers during its replay
 _DIGITS = re.compile(r"[0-9]{1,20}")
 
@@ -92,15 +97,25 @@ def _events_page(*, after_id: int, before_id: int | None, item_id: str | None) -
     return page, cursor, more
 
 
+def _paced_page(**kwargs):
+    """`_events_page`, then a rest as long as it took (`REPLAY_REST`): the replays of a process use
+    at most about half of one core, and the GIL is free the other half for the event loop and the
+    database thread (the handshakes)."""
+    started = time.perf_counter()
+    page = _events_page(**kwargs)
+    time.sleep((time.perf_counter() - started) * REPLAY_REST)
+    return page
+
+
 _replay_executor: ThreadPoolExecutor | None = None
 
 
 def _replay_read(**kwargs):
-    """`_events_page` on the replay threads (each with its own database connection)."""
+    """A replay page, read on the replay threads (each with its own database connection)."""
     global _replay_executor
     if _replay_executor is None:
         _replay_executor = ThreadPoolExecutor(max_workers=REPLAY_THREADS, thread_name_prefix="workcenter-replay")
-    return database_sync_to_async(_events_page, thread_sensitive=False, executor=_replay_executor)(**kwargs)
+    return database_sync_to_async(_paced_page, thread_sensitive=False, executor=_replay_executor)(**kwargs)
 
 
 class WorkItemStreamConsumer(AsyncWebsocketConsumer):
