@@ -871,7 +871,8 @@ def test_imported_raw_forms_leave_no_raw_field_in_any_read(tmp_path):
     path = make_legacy_db(tmp_path / "raw.sqlite", SCHEMA4_DDL, raw_forms_rows(forms, checkpoints=True), version="4")
     import_reference_db(path)
     run = rendered_runs("raw-e")["raw-e-r1"]
-    assert run["evidence"] == [{"kind": "text", "label": "first"}, {"kind": "tool", "label": "Bash", "status": "completed"},
+    assert run["evidence"] == [{"kind": "text", "label": "first"},
+                               {"kind": "tool", "label": "Bash", "status": "completed"},
                                {"kind": "pr", "label": "#3", "ref": "u"},
                                {"kind": "test", "label": "pytest", "status": "passed"}]
     assert run["checkpoint"] == {"version": 1, "tool_events": [

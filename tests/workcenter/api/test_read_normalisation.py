@@ -375,7 +375,8 @@ def test_linear_item_from_raw_rows_reads_as_written_through_the_services(api, fr
         assert (selectors.action_resume_context(PREFIX + built["implement_action"], claim["run"]["id"])
                 == selectors.action_resume_context(built["implement_action"], fresh_claim["run"]["id"]))
         resume = selectors.action_resume_context(PREFIX + built["implement_action"], claim["run"]["id"])
-        assert resume["checkpoint"]["tool_events"] == [{"name": "Edit", "status": "completed", "resource": "src/app.py"}]
+        assert resume["checkpoint"]["tool_events"] == [
+            {"name": "Edit", "status": "completed", "resource": "src/app.py"}]
 
     # submits of both: the answers carry every other run, read normalised
     result = {"outcome": "completed", "summary": "implemented", "evidence": ["  done  "],
@@ -494,7 +495,8 @@ def test_admin_pages_show_stored_raw_forms_normalised(api, client, django_user_m
     run_id, action_id = triage["run"]["id"], api.claim()["action"]["id"]
     _write_column(Run, run_id, "evidence", json.dumps(RAW_EVIDENCE))
     _write_column(Run, run_id, "checkpoint", json.dumps(RAW_CHECKPOINT))
-    _write_column(Action, action_id, "context", json.dumps([{"type": "triage", "summary": "s", "evidence": RAW_EVIDENCE}]))
+    _write_column(Action, action_id, "context",
+                  json.dumps([{"type": "triage", "summary": "s", "evidence": RAW_EVIDENCE}]))
     client.force_login(django_user_model.objects.create_superuser("root", email=None, password=None))
     for url in (f"/admin/workcenter/run/{run_id}/change/", f"/admin/workcenter/action/{action_id}/change/"):
         page = client.get(url)

@@ -325,7 +325,8 @@ def test_normalize_checkpoint_blank_resource_omitted_and_extra_fields_dropped():
 # raw forms an older version could have stored, with what every read must show
 RAW_EVIDENCE_ON_READ = [
     (["ran it"], [{"kind": "text", "label": "ran it"}]),
-    ([{"tool": "Bash", "is_error": True, "stdout": "Traceback"}], [{"kind": "tool", "label": "Bash", "status": "error"}]),
+    ([{"tool": "Bash", "is_error": True, "stdout": "Traceback"}],
+     [{"kind": "tool", "label": "Bash", "status": "error"}]),
     ([{"tool": "Bash", "isError": True}], [{"kind": "tool", "label": "Bash", "status": "error"}]),
     ([{"tool": "Read", "stdout": "x"}], [{"kind": "tool", "label": "Read", "status": "completed"}]),
     ([{"kind": "test", "label": "t", "status": "passed", "stdout": "ok", "duration_ms": 3}],
