@@ -266,7 +266,11 @@ export class LiveStream {
       this.onHello(msg, { first });
     } else if (msg.type === "event" && msg.event) {
       const id = Number(msg.event.id);
-      if (this.lastId !== null && id <= this.lastId) return; // duplicate (replay overlap)
+      if (this.lastId !== null && id <= this.lastId) {
+        // a duplicate (replay overlap, or the page read it over HTTP first): still the replay's progress
+        if (this.state === "catching_up" && id >= this.catchUpTo) this.setState("live");
+        return;
+      }
       if (this.gapCheck && this.lastId !== null && this.lastId > 0 && id > this.lastId + 1) {
         // an id was skipped: resume from the last one seen so the server replays the hole
         this.resume();
