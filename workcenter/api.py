@@ -38,6 +38,7 @@ from .schemas import (
     IntegrationWorkspaceIn,
     InterruptIn,
     InterruptOut,
+    PathId,
     ProgressIn,
     RecoveryIn,
     RecoveryOut,
@@ -295,13 +296,13 @@ def work_item_create(request, payload: CreateWorkItemIn):
 
 
 @items.get("/work-items/{item_id}", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(VIEW))
-def work_item_get(request, item_id: str):
+def work_item_get(request, item_id: PathId):
     return _detail_response(item_id)
 
 
 @items.patch("/work-items/{item_id}", response={200: WorkItemDetailOut, **ITEM_BODY_ERRORS},
              auth=api_auth(CHANGE))
-def work_item_update(request, item_id: str, payload: UpdateWorkItemIn):
+def work_item_update(request, item_id: PathId, payload: UpdateWorkItemIn):
     """Edit title/goal/criteria/work_dir (DOMAIN §8.3); a contract change restarts from triage."""
     patch = payload.model_dump(exclude_unset=True)
     expected = patch.pop("expected_revision", None)
@@ -311,20 +312,23 @@ def work_item_update(request, item_id: str, payload: UpdateWorkItemIn):
 
 
 @items.post("/work-items/{item_id}/start", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
-def work_item_start(request, item_id: str):
+def work_item_start(request, item_id: PathId):
     item = services.work_item_start(item_id=item_id, actor=actor_of(request))
     return _detail_response(item.pk)
 
 
 @items.post("/work-items/{item_id}/cancel", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
-def work_item_cancel(request, item_id: str):
+def work_item_cancel(request, item_id: PathId):
     item = services.work_item_cancel(item_id=item_id, actor=actor_of(request))
     return _detail_response(item.pk)
 
 
+# The body is optional (absent ⇒ no answer), but when sent it is an object: ninja documents an
+# optional body as "RetryIn or null", and the parser refuses null (`type` narrows the anyOf).
 @items.post("/work-items/{item_id}/retry", response={200: WorkItemDetailOut, **ITEM_BODY_ERRORS},
-            auth=api_auth(CHANGE))
-def work_item_retry(request, item_id: str, payload: RetryIn = None):
+            auth=api_auth(CHANGE),
+            openapi_extra={"requestBody": {"content": {"application/json": {"schema": {"type": "object"}}}}})
+def work_item_retry(request, item_id: PathId, payload: RetryIn = None):
     """Resume a waiting (with `answer`) or needs_attention item (DOMAIN §8.6)."""
     item = services.work_item_retry(item_id=item_id, answer=payload.answer if payload else None,
                                     actor=actor_of(request))
@@ -333,14 +337,14 @@ def work_item_retry(request, item_id: str, payload: RetryIn = None):
 
 @items.get("/work-items/{item_id}/retry-preview", response={200: RetryPreviewOut, **ITEM_ERRORS},
            auth=api_auth(VIEW))
-def work_item_retry_preview(request, item_id: str):
+def work_item_retry_preview(request, item_id: PathId):
     """What a retry would do, computed by the retry's own code path without writing."""
     return services.work_item_retry_preview(item_id=item_id)
 
 
 @items.post("/work-items/{item_id}/guidance", response={200: WorkItemDetailOut, **ITEM_BODY_ERRORS},
             auth=api_auth(CHANGE))
-def work_item_guide(request, item_id: str, payload: GuidanceIn):
+def work_item_guide(request, item_id: PathId, payload: GuidanceIn):
     """Restart the current action with the user's guidance (DOMAIN §8.5)."""
     item = services.work_item_guide(item_id=item_id, guidance=payload.guidance, action_id=payload.action_id,
                                     revision=payload.revision, actor=actor_of(request))
@@ -348,7 +352,7 @@ def work_item_guide(request, item_id: str, payload: GuidanceIn):
 
 
 @items.get("/work-items/{item_id}/graph", response={200: GraphOut, **ITEM_ERRORS}, auth=api_auth(VIEW))
-def work_item_graph(request, item_id: str):
+def work_item_graph(request, item_id: PathId):
     """Canonical node per stage, dependency edges, leases and why ready nodes wait."""
     return selectors.graph_snapshot(item_id)
 
@@ -358,7 +362,7 @@ def _event_page(events: list, after_id: int) -> dict:
 
 
 @items.get("/work-items/{item_id}/events", response={200: EventPageOut, **ITEM_ERRORS}, auth=api_auth(VIEW))
-def work_item_events(request, item_id: str, params: Query[EventsQuery]):
+def work_item_events(request, item_id: PathId, params: Query[EventsQuery]):
     """Events of one item with id > after_id, oldest first: the catch-up path of live clients."""
     events = selectors.work_item_events(item_id=item_id, after_id=params.after_id, limit=params.limit)
     return _event_page(events, params.after_id)
@@ -403,7 +407,7 @@ def action_claim(request, payload: ClaimIn):
 
 
 @worker.post("/runs/{run_id}/renew", response={200: RenewOut, **WORKER_ERRORS})
-def run_renew(request, run_id: str, payload: RenewIn):
+def run_renew(request, run_id: PathId, payload: RenewIn):
     run = services.run_renew(run_id=run_id, owner_boot_id=payload.owner_boot_id, lease_epoch=payload.lease_epoch,
                              lease_ms=payload.lease_ms)
     if run is None:
@@ -412,7 +416,7 @@ def run_renew(request, run_id: str, payload: RenewIn):
 
 
 @worker.post("/runs/{run_id}/progress", response={200: RunResultOut, **WORKER_ERRORS})
-def run_progress(request, run_id: str, payload: ProgressIn):
+def run_progress(request, run_id: PathId, payload: ProgressIn):
     """Overwrite the run's response, counters and checkpoint (live lease required)."""
     progress = payload.model_dump(exclude_unset=True, exclude={"owner_boot_id", "lease_epoch"})
     run = services.run_progress(run_id=run_id, owner_boot_id=payload.owner_boot_id,
@@ -423,7 +427,7 @@ def run_progress(request, run_id: str, payload: ProgressIn):
 
 
 @worker.post("/runs/{run_id}/submit", response={200: SubmitOut, **WORKER_ERRORS})
-def run_submit(request, run_id: str, payload: SubmitIn):
+def run_submit(request, run_id: PathId, payload: SubmitIn):
     """Terminal submission (DOMAIN §7). Validation failures become a failed run, not an HTTP error."""
     result = payload.model_dump(exclude_unset=True, exclude={"owner_boot_id", "lease_epoch"})
     run, action, item = services.run_submit(run_id=run_id, owner_boot_id=payload.owner_boot_id,
@@ -433,7 +437,7 @@ def run_submit(request, run_id: str, payload: SubmitIn):
 
 
 @worker.post("/runs/{run_id}/interrupt", response={200: InterruptOut, **WORKER_ERRORS})
-def run_interrupt(request, run_id: str, payload: InterruptIn):
+def run_interrupt(request, run_id: PathId, payload: InterruptIn):
     """Stop a run (expiry ignored); `interrupted: false` when the run no longer holds the action."""
     kwargs = {"reason": payload.reason} if payload.reason is not None else {}
     interrupted = services.run_interrupt(run_id=run_id, owner_boot_id=payload.owner_boot_id,
@@ -450,7 +454,7 @@ def runs_recover(request, payload: RecoveryIn):
 
 
 @worker.post("/runs/{run_id}/integration", response={200: ActionResultOut, **WORKER_ERRORS})
-def integration_set_workspace(request, run_id: str, payload: IntegrationWorkspaceIn):
+def integration_set_workspace(request, run_id: PathId, payload: IntegrationWorkspaceIn):
     action = services.integration_set_workspace(action_id=None, run_id=run_id, owner_boot_id=payload.owner_boot_id,
                                                 lease_epoch=payload.lease_epoch, workspace=payload.workspace)
     if action is None:
@@ -459,7 +463,7 @@ def integration_set_workspace(request, run_id: str, payload: IntegrationWorkspac
 
 
 @worker.post("/runs/{run_id}/integration/reservation", response={200: ReservationOut, **WORKER_ERRORS})
-def integration_acquire(request, run_id: str, payload: ReservationIn):
+def integration_acquire(request, run_id: PathId, payload: ReservationIn):
     """Reserve a prepared integration for finalization; the run's lease moves to the same expiry."""
     reservation = services.integration_acquire(action_id=None, run_id=run_id, owner_boot_id=payload.owner_boot_id,
                                                lease_epoch=payload.lease_epoch,
@@ -471,7 +475,7 @@ def integration_acquire(request, run_id: str, payload: ReservationIn):
 
 
 @worker.post("/runs/{run_id}/integration/finish", response={200: ActionResultOut, **WORKER_ERRORS})
-def integration_finish(request, run_id: str, payload: IntegrationFinishIn):
+def integration_finish(request, run_id: PathId, payload: IntegrationFinishIn):
     action = services.integration_finish(action_id=None, run_id=run_id, owner_boot_id=payload.owner_boot_id,
                                          lease_epoch=payload.lease_epoch, token=payload.token,
                                          workspace=payload.workspace)
@@ -481,7 +485,7 @@ def integration_finish(request, run_id: str, payload: IntegrationFinishIn):
 
 
 @worker.post("/runs/{run_id}/integration/rollback", response={200: ActionResultOut, **WORKER_ERRORS})
-def integration_rollback(request, run_id: str, payload: IntegrationRollbackIn):
+def integration_rollback(request, run_id: PathId, payload: IntegrationRollbackIn):
     action = services.integration_rollback(action_id=None, run_id=run_id, owner_boot_id=payload.owner_boot_id,
                                            lease_epoch=payload.lease_epoch, token=payload.token)
     if action is None:

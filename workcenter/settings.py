@@ -187,6 +187,16 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
 
 WORKCENTER_DEFAULT_WORK_DIR = os.environ.get("WORKCENTER_DEFAULT_WORK_DIR", "")
+# The directories a work item's work_dir may name (itself or below), separated like PATH (`:`
+# on POSIX, os.pathsep): a path outside them is refused with the same message as one that does
+# not exist, so the API reveals nothing of the file system beyond them. Empty (the default): any
+# absolute directory except the operating system's own trees (workcenter/services/work_items.py).
+WORKCENTER_WORK_DIR_ROOTS = [os.path.normpath(root) for root in
+                             os.environ.get("WORKCENTER_WORK_DIR_ROOTS", "").split(os.pathsep) if root.strip()]
+if any(not os.path.isabs(root) for root in WORKCENTER_WORK_DIR_ROOTS):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"WORKCENTER_WORK_DIR_ROOTS must list absolute paths: {WORKCENTER_WORK_DIR_ROOTS}")
 # In-memory channel layer only: how often a web server reads the events that other processes
 # committed, while a websocket client is connected (dashboard/pump.py); 0 turns that off.
 WORKCENTER_EVENT_POLL_MS = int(os.environ.get("WORKCENTER_EVENT_POLL_MS", "200"))

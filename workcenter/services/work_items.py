@@ -1,13 +1,14 @@
 """User operations on work items (DOMAIN §8): create, start, update, cancel, guidance, retry."""
 from __future__ import annotations
 
+import os
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError
 
-from ..errors import FenceLost, InvalidInput, InvalidState, RevisionConflict
+from ..errors import FenceLost, InvalidInput, InvalidState, RevisionConflict, WorkflowError
 from ..events import event_append
 from ..models import OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
 from . import common, normalize, workflows
@@ -31,16 +32,63 @@ def _clean_criteria(value: Any) -> list[str]:
     return [str(c).strip() for c in value if c is not None and str(c).strip()]
 
 
+# Without WORKCENTER_WORK_DIR_ROOTS, the trees that hold the operating system rather than
+# projects are refused (and the file system root itself). The kernel's trees are refused even
+# inside a root: their entries alias other paths (/proc/self/cwd is the server's own directory).
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
+                "/sbin", "/sys", "/usr")
+KERNEL_TREES = ("/dev", "/proc", "/sys")
+
+
+def _within(path: str, trees) -> bool:
+    return any(path == tree or path.startswith(tree.rstrip("/") + "/") for tree in trees)
+
+
+def _work_dir_allowed(path: str, roots: list[str]) -> bool:
+    """Is this absolute, normalised path one a work item may name (WORKCENTER_WORK_DIR_ROOTS)?"""
+    if _within(path, KERNEL_TREES):
+        return False
+    if roots:
+        return _within(path, roots)
+    return path != "/" and not _within(path, SYSTEM_TREES)
+
+
+def work_dir_syntax_error(work_dir: Any) -> str | None:
+    """What is wrong with this work_dir as text (schemas.WORK_DIR_PATTERN says the same), or None."""
+    if not isinstance(work_dir, str) or not work_dir.strip():
+        return "workDir must be a non-blank absolute path to an existing directory"
+    if not work_dir.startswith("/"):
+        return f"workDir must be an absolute path: {work_dir}"
+    if ".." in work_dir.split("/"):
+        return f"workDir must not contain '..' segments: {work_dir}"
+    return None
+
+
 def _resolve_work_dir(work_dir: Any) -> str:
-    """DOMAIN §8.1: a present work_dir must name an existing directory; absent ⇒ the default."""
+    """DOMAIN §8.1: a present work_dir must name an existing directory; absent ⇒ the default.
+
+    The path must be absolute, without `..` segments, and inside the allowed roots both as written
+    and once its symlinks are resolved. Whether a refused path exists is never told: outside the
+    roots nothing is looked up, and every refusal past the syntax has the same message."""
     if work_dir is MISSING:
         default = getattr(settings, "WORKCENTER_DEFAULT_WORK_DIR", "") or ""
         return common.canonicalize_dir(default) if default else ""
-    if not isinstance(work_dir, str) or not work_dir.strip():
-        raise InvalidInput("workDir must be a non-blank path to an existing directory", fields=["work_dir"])
-    real = common.canonicalize_dir(work_dir)
-    if not real:
-        raise InvalidInput(f"workDir does not name an existing directory: {work_dir}", fields=["work_dir"])
+    problem = work_dir_syntax_error(work_dir)
+    if problem:
+        raise InvalidInput(problem, fields=["work_dir"])
+    refused = InvalidInput("workDir must name an existing directory the server allows "
+                           f"(WORKCENTER_WORK_DIR_ROOTS): {work_dir}", fields=["work_dir"])
+    roots = list(getattr(settings, "WORKCENTER_WORK_DIR_ROOTS", None) or [])
+    roots += [os.path.realpath(root) for root in roots]  # a root may itself be a symlink
+    path = os.path.normpath(work_dir)
+    if not _work_dir_allowed(path, roots):
+        raise refused
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        raise refused from None
+    if not _work_dir_allowed(real, roots) or not os.path.isdir(real):
+        raise refused
     return real
 
 
@@ -90,10 +138,16 @@ def work_item_create(
     goal = _clean_text(goal, "goal", "goal is required")
     criteria = _clean_criteria(acceptance_criteria)
     real_dir = _resolve_work_dir(work_dir)
-    if id is not None and (not isinstance(id, str) or not id.strip() or len(id) > 200):
-        raise InvalidInput("id must be a non-blank string of at most 200 characters", fields=["id"])
+    if id is not None and (not isinstance(id, str) or not id.strip() or len(id) > 200 or "/" in id
+                           or id in (".", "..")):
+        # the id is a URL path segment: `/`, `.` and `..` would address another route
+        raise InvalidInput("id must be a non-blank string of at most 200 characters, without '/', "
+                           "and neither '.' nor '..'", fields=["id"])
     if trusted and workflow is not None:
-        snapshot = workflows.normalize_workflow(workflow)
+        try:
+            snapshot = workflows.normalize_workflow(workflow)
+        except WorkflowError as exc:  # API.md §0: the 422 names its field
+            raise InvalidInput(exc.message, fields=["workflow"]) from None
         template = snapshot.get("id") or "custom"
     else:
         snapshot = workflows.planning_snapshot(workflows.default_workflows(), work_item_type)
