@@ -90,8 +90,8 @@ def _state_dependent(label: str, response) -> bool:
     except (ValueError, KeyError, TypeError):
         return False
     return bool(errors) and all(
-        (label, e.get("field")) in STATE_DEPENDENT and e.get("message", "").startswith(STATE_DEPENDENT[label, e["field"]])
-        for e in errors)
+        (label, e.get("field")) in STATE_DEPENDENT
+        and e.get("message", "").startswith(STATE_DEPENDENT[label, e["field"]]) for e in errors)
 
 
 @schemathesis.hook

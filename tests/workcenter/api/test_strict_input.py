@@ -112,7 +112,8 @@ def _valid_body(method: str, path: str, item: dict, claim: dict) -> tuple[str, d
     return url, body
 
 
-@pytest.mark.parametrize("method,path,field", INTEGER_BODY_FIELDS, ids=[f"{m} {p} {f}" for m, p, f in INTEGER_BODY_FIELDS])
+@pytest.mark.parametrize("method,path,field", INTEGER_BODY_FIELDS,
+                         ids=[f"{m} {p} {f}" for m, p, f in INTEGER_BODY_FIELDS])
 @pytest.mark.parametrize("boolean", [True, False])
 def test_a_boolean_is_not_an_integer(api, running, method, path, field, boolean):
     # given a body the server would take, but for one integer field sent as a boolean
@@ -322,7 +323,8 @@ def test_kernel_trees_are_refused_even_inside_a_root(api, settings):
 
 
 def test_relative_roots_are_a_configuration_error():
-    env = dict(os.environ, WORKCENTER_WORK_DIR_ROOTS=f"/srv/work{os.pathsep}projects", DJANGO_SETTINGS_MODULE="workcenter.settings")
+    env = dict(os.environ, WORKCENTER_WORK_DIR_ROOTS=f"/srv/work{os.pathsep}projects",
+               DJANGO_SETTINGS_MODULE="workcenter.settings")
     proc = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "WORKCENTER_WORK_DIR_ROOTS must list absolute paths" in proc.stderr
