@@ -399,12 +399,13 @@ def _integer(ge: int, le: int, *, gt: bool = False) -> Any:
 Int32 = _integer(0, MAX_INT32)
 DurationMs = Annotated[_integer(0, MAX_INT32, gt=True), Field(description="milliseconds (at most 2^31-1, ~24.8 days)")]
 StrictBool = Annotated[bool, Strict()]
-Text = Annotated[str, Strict(), Field(pattern=NO_NUL_PATTERN)]
+Text = Annotated[str, Strict(), Field(pattern=NO_NUL_PATTERN, description=_TEXT_DOC)]
 NonBlankText = Annotated[str, Strict(), AfterValidator(_not_blank), WithJsonSchema(
     {"type": "string", "minLength": 1, "pattern": NON_BLANK_PATTERN, "description": f"not blank; {_TEXT_DOC}"})]
 NonEmptyText = Annotated[str, Strict(), Field(min_length=1, pattern=NO_NUL_PATTERN)]
 # Path parameters: text a database can compare (the document states what the parser enforces).
-PathId = Annotated[str, WithJsonSchema({"type": "string", "pattern": NO_NUL_PATTERN})]
+PathId = Annotated[str, WithJsonSchema({"type": "string", "pattern": NO_NUL_PATTERN,
+                                        "description": "no NUL (U+0000) and no unpaired surrogate"})]
 
 
 class _KeysWithoutNul:
@@ -416,7 +417,7 @@ class _KeysWithoutNul:
         return schema
 
 
-_JsonText = Annotated[str, WithJsonSchema({"type": "string", "pattern": NO_NUL_PATTERN})]
+_JsonText = Annotated[str, WithJsonSchema({"type": "string", "pattern": NO_NUL_PATTERN, "description": _TEXT_DOC})]
 _JsonNumber = Annotated[float, WithJsonSchema({"type": "number"})]
 # Any JSON value whose strings and keys a database can store. Described, not validated here:
 # the request parser walks every body once and refuses the rest with 422 (pydantic would walk
