@@ -9,11 +9,12 @@ own, so the handshake never waits for the replay.
 Replay: pages of `REPLAY_PAGE` events, each one short read (events by primary key, then the
 page's item summaries in one batch read) rendered on the replay thread (`REPLAY_THREADS`, not
 the database thread that every consumer's handshake and dispatch share), which rests after each
-page (`REPLAY_REST`); the task yields between pages. Group messages that arrive meanwhile are buffered (at most `PENDING_MAX`; past
-that they are dropped and read back from the database instead) and sent after the replay,
-minus what it already sent (the id cursor); of the progress messages (transient, API.md §4)
-only the latest of each run is kept and sent after the events. A client that leaves cancels
-its replay at once: no page is read or sent for it afterwards.
+page (`REPLAY_REST`); the task yields between pages. Group messages that arrive meanwhile are
+buffered (at most `PENDING_MAX`; past that they are dropped and read back from the database
+instead) and sent after the replay, minus what it already sent (the id cursor); of the
+progress messages (transient, API.md §4) only the latest of each run is kept and sent after
+the events. A client that leaves cancels its replay at once: no page is read or sent for it
+afterwards.
 
 Live: a group message carries the event's id and the ids of the stored events just before it
 (overall and in its item). `id <= last sent` is a duplicate and is dropped; a previous id beyond
@@ -81,7 +82,8 @@ def _after_id(scope) -> int | None | bool:
     return int(raw)
 
 
-def _events_page(*, after_id: int, before_id: int | None, item_id: str | None) -> tuple[list[tuple[int, dict]], int, bool]:
+def _events_page(*, after_id: int, before_id: int | None,
+                 item_id: str | None) -> tuple[list[tuple[int, dict]], int, bool]:
     """One replay page: the stored events with after_id < id (< before_id), in id order, as
     (id, stream message); the last id read; whether more may follow. Two short reads: the page
     of events (primary key order, a `stream_read`), then its items' summaries together (a
