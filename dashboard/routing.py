@@ -17,19 +17,32 @@ from urllib.parse import parse_qs
 
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.middleware import BaseMiddleware
 from channels.routing import URLRouter
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
-from django.urls import path
+from django.urls import path, re_path
 
 from workcenter.auth import api_token_user
 
 from .consumers import WorkItemStreamConsumer
 
+
+
+class UnknownRouteConsumer(AsyncWebsocketConsumer):
+    """Any other websocket path: accepted, then closed with 4404, as an unknown item is. Without
+    it the router raises "No route found" and daphne answers the upgrade with a 500."""
+
+    async def connect(self):
+        await self.accept()
+        await self.close(code=4404)
+
+
 websocket_urlpatterns = [
     path("ws/work-items/", WorkItemStreamConsumer.as_asgi()),
     path("ws/work-items/<str:item_id>/", WorkItemStreamConsumer.as_asgi()),
+    re_path(r"", UnknownRouteConsumer.as_asgi()),
 ]
 
 

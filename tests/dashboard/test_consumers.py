@@ -53,6 +53,15 @@ def test_stream_without_credentials_closes_4401():
     run(scenario)
 
 
+def test_unknown_websocket_routes_close_4404(viewer_token):
+    async def scenario():
+        for path in ("/ws/nope/", "/ws/work-items/a/b/", "/api/v1/work-items", "/"):
+            comm, _ = await open_stream(f"{path}?token={viewer_token}", expect_hello=False)
+            assert await close_code(comm) == 4404
+            assert await comm.receive_nothing()
+    run(scenario)
+
+
 def test_stream_with_bad_token_closes_4401_without_session_fallback(viewer):
     cookie = session_cookie(viewer)
 
