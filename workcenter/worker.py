@@ -229,6 +229,13 @@ class HttpStore:
             raise
 
     def submit(self, run, result):
+        from .services.normalize import RESPONSE_CAP
+
+        # The store keeps the first 65,536 characters of a response (DOMAIN §12.3): sending more
+        # would only risk the server's body limit (a 413) and lose the outcome with it.
+        response = result.get("response")
+        if isinstance(response, str) and len(response) > RESPONSE_CAP:
+            result = {**result, "response": response[:RESPONSE_CAP]}
         return self._call(f"/runs/{run['id']}/submit", {**self._fence(run), **result})[1]
 
     def interrupt(self, run, reason, final_progress):

@@ -17,7 +17,9 @@ from workcenter.errors import InvalidInput
 from workcenter.importer import ReferenceImportError, import_reference_db, snake_case, snake_keys
 from workcenter.models import COUNTER_FIELDS, Action, Event, Run, WorkItem
 
-FIXTURE = Path(os.environ.get("WORKCENTER_SHARED", "/work/shared")) / "fixtures" / "reference-schema8.sqlite"
+# shared/ lies beside the checkout (CI lays a copy there); WORKCENTER_SHARED names another place.
+_SHARED = Path(os.environ.get("WORKCENTER_SHARED") or Path(__file__).resolve().parents[3] / "shared")
+FIXTURE = (_SHARED if _SHARED.is_dir() else Path("/work/shared")) / "fixtures" / "reference-schema8.sqlite"
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 CAMEL = re.compile(r"^[a-z]+[A-Z]")
 

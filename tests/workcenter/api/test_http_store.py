@@ -9,6 +9,7 @@ import time
 import pytest
 from django.contrib.auth.models import Permission, User
 
+from tests.conftest import checks_for
 from tests.live import free_port, start_daphne, stop_process
 from workcenter.auth import api_token_create
 from workcenter.models import Run, WorkItem
@@ -139,3 +140,19 @@ def test_a_connection_the_server_closed_is_replaced_not_retried(server, token):
 def test_store_refuses_urls_it_cannot_call():
     with pytest.raises(ValueError):
         HttpStore("ftp://example.org", "t")
+
+
+def test_a_response_longer_than_the_store_keeps_is_submitted_not_refused(server, token):
+    # given a claimed run and an output of 2 million characters (over the server's body limit)
+    _item()
+    store = HttpStore(server.url, token)
+    task = store.claim("boot-L", 60_000)
+    output = "x" * 2_000_000
+    # when the worker submits it
+    out = store.submit(task["run"], {"outcome": "completed", "summary": "long", "evidence": ["did it"],
+                                       "acceptance_checks": checks_for(["works"]), "response": output})
+    # then the submission is taken (not a 413), with the first 65,536 characters the store keeps
+    # (DOMAIN §12.3); the run is finished, whatever the triage thought of its plan
+    assert out["run"]["id"] == task["run"]["id"] and out["run"]["status"] != "running"
+    assert Run.objects.get(pk=task["run"]["id"]).response == output[:65536]
+    store.close()
