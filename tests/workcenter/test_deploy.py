@@ -4,6 +4,7 @@ the one-time commands that don't, static files served with debug off (collected 
 Content-Security-Policy header, and `manage.py demo` still one command with debug on."""
 from __future__ import annotations
 
+import contextlib
 import http.client
 import signal
 import subprocess
@@ -25,10 +26,20 @@ def _get(port: int, path: str, headers: dict | None = None, host: str = "127.0.0
     return response
 
 
-def _serve(port: int, env: dict, log) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "workcenter.asgi:application"], cwd=ROOT, env=process_env(env),
-                            stdout=log, stderr=subprocess.STDOUT)
+@contextlib.contextmanager
+def _serving(env: dict, log_path):
+    """A daphne process with `env`, listening: yields its port, stops it on the way out."""
+    port = free_port()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                                 "workcenter.asgi:application"], cwd=ROOT, env=process_env(env),
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        assert wait_until(lambda: port_open(port) or proc.poll() is not None, 60, 0.1), log_path.read_text()
+        assert proc.poll() is None, log_path.read_text()
+        yield port
+    finally:
+        stop_process(proc)
 
 
 def _refused(cmd_env: dict, args: list[str], port: int, tmp_path) -> str:
@@ -111,17 +122,11 @@ def test_one_time_commands_run_on_the_development_key():
 
 
 def test_a_production_server_starts_and_answers_only_its_hosts(tmp_path):
-    port = free_port()
-    with open(tmp_path / "daphne.log", "wb") as log:
-        proc = _serve(port, production_env(DJANGO_ALLOWED_HOSTS="wc.test", DJANGO_SECURE_PROXY="0",
-                                           DJANGO_STATIC_ROOT=str(tmp_path / "static"),
-                                           DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}"), log)
-    try:
-        assert wait_until(lambda: port_open(port) or proc.poll() is not None, 60, 0.1) and proc.poll() is None
+    env = production_env(DJANGO_ALLOWED_HOSTS="wc.test", DJANGO_SECURE_PROXY="0",
+                         DJANGO_STATIC_ROOT=str(tmp_path / "static"), DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    with _serving(env, tmp_path / "daphne.log") as port:
         assert _get(port, "/accounts/login/", host="wc.test").status != 400
         assert _get(port, "/accounts/login/", host="evil.test").status == 400
-    finally:
-        stop_process(proc)
 
 
 # --- static files with debug off ----------------------------------------------------------------
@@ -133,11 +138,7 @@ def test_static_files_with_debug_off_come_from_collectstatic(tmp_path):
                          DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}")
     collect = manage("collectstatic", "--noinput", env=env)
     assert collect.returncode == 0, collect.stderr
-    port = free_port()
-    with open(tmp_path / "daphne.log", "wb") as log:
-        proc = _serve(port, env, log)
-    try:
-        assert wait_until(lambda: port_open(port) or proc.poll() is not None, 60, 0.1) and proc.poll() is None
+    with _serving(env, tmp_path / "daphne.log") as port:
         plain = _get(port, "/static/dashboard/common.js")
         assert plain.status == 200
         assert plain.getheader("Content-Type").startswith("text/javascript")
@@ -151,25 +152,18 @@ def test_static_files_with_debug_off_come_from_collectstatic(tmp_path):
         assert _get(port, "/static/dashboard/no-such-file.js").status == 404
         # the admin's files too
         assert _get(port, "/static/admin/css/base.css").status == 200
-    finally:
-        stop_process(proc)
     assert "collectstatic" not in (tmp_path / "daphne.log").read_text()
 
 
 def test_static_files_with_debug_off_before_collectstatic_come_from_the_app_directories(tmp_path):
-    port = free_port()
-    with open(tmp_path / "daphne.log", "wb") as log:
-        proc = _serve(port, production_env(DJANGO_ALLOWED_HOSTS="127.0.0.1", DJANGO_SECURE_PROXY="0",
-                                           DJANGO_STATIC_ROOT=str(tmp_path / "never-collected"),
-                                           DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}"), log)
-    try:
-        assert wait_until(lambda: port_open(port) or proc.poll() is not None, 60, 0.1) and proc.poll() is None
+    env = production_env(DJANGO_ALLOWED_HOSTS="127.0.0.1", DJANGO_SECURE_PROXY="0",
+                         DJANGO_STATIC_ROOT=str(tmp_path / "never-collected"),
+                         DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    with _serving(env, tmp_path / "daphne.log") as port:
         response = _get(port, "/static/dashboard/item.js")
         assert response.status == 200
         assert response.body == (ROOT / "static/dashboard/item.js").read_bytes()
         assert _get(port, "/static/ninja/swagger-ui.css").status == 200
-    finally:
-        stop_process(proc)
     assert "Run `manage.py collectstatic --noinput`" in (tmp_path / "daphne.log").read_text()
 
 
