@@ -84,6 +84,7 @@ for _p in (str(REPO), str(BENCH)):
         sys.path.insert(0, _p)
 
 import claims as svcbench  # noqa: E402  (bench/claims.py: prepare_database, django_setup)
+from api import free_port  # noqa: E402  (bench/api.py)
 
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/workcenter_chaos_bench"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/8"
@@ -112,12 +113,6 @@ class Stop(Exception):
 
 
 # --------------------------------------------------------------------------- child processes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def port_open(port: int) -> bool:
