@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Claim/submit benchmark over HTTP (issue 3). A benchmark, not a test.
+"""Claim/submit benchmark over HTTP. A benchmark, not a test.
 
     python bench/api.py [--url URL --token TOKEN] [--db sqlite|postgres] [--items N] [--workers W]
                         [--servers K] [--no-compare] [--json]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Claim/submit benchmark of the store (issue 2, point 6). A benchmark, not a test.
+"""Claim/submit benchmark of the store. A benchmark, not a test.
 
     python bench/claims.py [--items N] [--db sqlite|postgres] [--workers W] [--json] [--profile]
 

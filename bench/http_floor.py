@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The HTTP floor under bench/api.py (issue 3). A benchmark, not a test.
+"""The HTTP floor under bench/api.py. A benchmark, not a test.
 
     python bench/http_floor.py [--requests N] [--body-kb K] [--service-actions-per-s S] [--json]
 

@@ -1,4 +1,4 @@
-"""The claim → submit hot path in fixed SQL (issue 2): rows read as the ORM reads them, a bounded
+"""The claim → submit hot path in fixed SQL: rows read as the ORM reads them, a bounded
 number of statements, keyset walking past blocked candidates, and the fault hook of the claim."""
 import pytest
 from django.db import connection
