@@ -11,3 +11,6 @@ COUNTER_FIELDS: tuple[str, ...] = (
     "cache_write_tokens",
     "total_tokens",
 )
+
+# The characters of a run's response the store keeps (DOMAIN §12.3); the HTTP worker sends no more.
+RESPONSE_CAP = 65536

@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from .constants import RESPONSE_CAP
+
 logger = logging.getLogger("workcenter.worker")
 
 STALE_PATTERN = re.compile(r"stale|cancelled|already finished", re.IGNORECASE)
@@ -229,8 +231,6 @@ class HttpStore:
             raise
 
     def submit(self, run, result):
-        from .services.normalize import RESPONSE_CAP
-
         # The store keeps the first 65,536 characters of a response (DOMAIN §12.3): sending more
         # would only risk the server's body limit (a 413) and lose the outcome with it.
         response = result.get("response")

@@ -51,9 +51,7 @@ __all__ = [
 # Constants
 # ---------------------------------------------------------------------------------------------
 
-from workcenter.constants import COUNTER_FIELDS  # noqa: E402,F401  (re-exported)
-
-RESPONSE_CAP = 65536
+from workcenter.constants import COUNTER_FIELDS, RESPONSE_CAP  # noqa: E402,F401  (re-exported)
 
 OUTCOMES = ("completed", "waiting", "retryable", "failed")
 REVIEW_DECISIONS = ("approved", "changes_requested")
