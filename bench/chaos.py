@@ -51,7 +51,7 @@ and ends at the highest id of the events its ending transaction wrote (those on 
 stamped with its `ended_at`). Event ids are drawn while the transaction holds its locks, so
 when a claim saw a run end, the end's event ids are lower than the claim's. The same overlap
 test on the `started_at`/`ended_at` wall-clock stamps is printed for information only: a
-transaction reads the clock before its candidate scan and its locks, so two correctly
+transaction other than a claim reads the clock before its locks, so two correctly
 serialised transactions can carry stamps out of order (by hundreds of milliseconds on a loaded
 2-core machine, by seconds when a worker stalls inside a claim).
 
@@ -1035,7 +1035,7 @@ CHECKS = [
 INFO = [
     ("runs stamped as ended before they started (the ending transaction read the clock before its lock)",
      "SELECT id, id, extract(epoch FROM started_at - ended_at) * 1000 FROM workcenter_run WHERE ended_at < started_at"),
-    ("claims stamped earlier than an event committed before them (clock read before the candidate scan)",
+    ("claims stamped earlier than an event committed before them (the earlier transaction read the clock before its locks)",
      "SELECT e.id, p.lag, p.lag FROM workcenter_event e JOIN LATERAL (SELECT extract(epoch FROM max(q.created_at) "
      "- e.created_at) * 1000 AS lag FROM workcenter_event q WHERE q.id < e.id AND q.id > e.id - 100) p ON true "
      "WHERE e.type = 'run.claimed' AND p.lag > 0"),

@@ -60,7 +60,6 @@ def action_claim(
     actor = actor or f"worker:{owner_boot_id}"
     n_action = len(common.ACTION_ROW.fields)
     with store_transaction():
-        now = resolve_now(now)
         conn = connections[DEFAULT_DB_ALIAS]  # resolved once: the proxy costs a lookup per attribute
         with common.hot_cursor(conn) as cur:
             cur.execute(common._sql("claim_first", conn))
@@ -80,7 +79,8 @@ def action_claim(
 
 
 def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms: int, actor: str,
-               now: datetime) -> Claim | None:
+               now: datetime | None) -> Claim | None:
+    fault_point("claim_candidate_read")
     if action.status != ActionStatus.READY or action.current_run_id:
         return None
     graph = item.execution_mode == "graph"
@@ -96,6 +96,11 @@ def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms
         if workspace_blocks(action.workspace_mode, item.pk, running_in_workspace(key)):
             return None
 
+    # The clock is read once the claim has its candidate and its workspace, not when the
+    # transaction began: the run's lease then starts when the claim really commits (a claim that
+    # waited for the CPU or scanned past taken candidates does not lose that time from its
+    # lease), and it is never stamped before a run it saw end in the same workspace.
+    now = resolve_now(now)
     run_id = new_id()
     epoch, attempt = action.lease_epoch + 1, action.attempt + 1
     # The write set goes as one batch (one statement on PostgreSQL). The candidate read locked the

@@ -181,3 +181,27 @@ def test_action_claim_rejects_bad_lease(store, lease_ms):
     with pytest.raises(InvalidInput):
         services.action_claim(owner_boot_id="b", lease_ms=lease_ms, now=store.now())
     assert Run.objects.count() == 0
+
+
+def test_a_claim_reads_the_clock_once_it_holds_its_candidate(store, tmp_path, monkeypatch):
+    """The run's lease starts when the claim has its candidate and workspace, not when its
+    transaction began: time the claim spent before that (waiting for the CPU, scanning past taken
+    candidates) is not taken from the lease, and the run is never stamped before a run it saw end."""
+    import time
+
+    from workcenter import clock
+    from workcenter.services import hooks
+
+    make_graph(store, [{"id": "a", "mode": "shared"}], work_dir=str(tmp_path))
+    seen = {}
+
+    def slow_candidate(name):
+        if name == "claim_candidate_read":
+            time.sleep(0.05)
+            seen["after_delay"] = clock.now()
+
+    monkeypatch.setattr(hooks, "fault_hook", slow_candidate)
+    claim = services.action_claim(owner_boot_id="boot-clock", lease_ms=60_000)
+    run = Run.objects.get(pk=claim.run.pk)
+    assert run.started_at >= seen["after_delay"]
+    assert (run.expires_at - seen["after_delay"]).total_seconds() >= 60
