@@ -17,6 +17,7 @@ from django.utils.http import urlsafe_base64_decode, urlsafe_base64_encode
 from workcenter import selectors
 from workcenter.auth import CHANGE, VIEW
 from workcenter.errors import NotFound
+from workcenter.security import CONTENT_SECURITY_POLICY
 
 # `manage.py demo` sets this in the environment of the web server it starts; nowhere else is the
 # one-time sign-in route active.
@@ -66,15 +67,39 @@ def demo_login_path(user) -> str:
     return f"/accounts/demo-login/{uid}/{demo_login_tokens.make_token(user)}/"
 
 
+_DEMO_LINK_PAGES = {
+    # reason: (status, heading, explanation)
+    "off": (404, "No demo sign-in here",
+            "One-time sign-in links only work on the web server that manage.py demo starts."),
+    "unknown": (404, "This sign-in link is not valid",
+                "The link is incomplete or was not made by this demo; check that it was copied whole."),
+    "used": (404, "This sign-in link was already used",
+             "A demo sign-in link works once: signing in with it, or signing in again later, retires it "
+             "(a link that was altered is refused the same way)."),
+}
+
+
+def _demo_link_page(request: HttpRequest, reason: str) -> HttpResponse:
+    status, heading, explanation = _DEMO_LINK_PAGES[reason]
+    response = render(request, "dashboard/demo_link.html",
+                      {"reason": reason, "heading": heading, "explanation": explanation}, status=status)
+    # a page of the product, not one of Django's debug pages: it keeps the policy with debug on too
+    response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    return response
+
+
 def demo_login(request: HttpRequest, uidb64: str, token: str) -> HttpResponse:
-    """One-time sign-in printed by `manage.py demo`; a used or forged link is a 404."""
+    """One-time sign-in printed by `manage.py demo`. A used, forged or unknown link answers 404 with
+    a page that says why and links to the sign-in page (never Django's debug 404, which the demo's
+    debug mode would otherwise show)."""
     if os.environ.get(DEMO_LOGIN_ENV) != "1":
-        raise Http404("demo sign-in is only available under manage.py demo")
+        return _demo_link_page(request, "off")
     try:
         user = get_user_model().objects.get(pk=urlsafe_base64_decode(uidb64).decode())
     except (ValueError, TypeError, OverflowError, get_user_model().DoesNotExist):
-        raise Http404("unknown demo sign-in link")
+        return _demo_link_page(request, "unknown")
     if not user.is_active or not demo_login_tokens.check_token(user, token):
-        raise Http404("this demo sign-in link was already used; sign in with the printed password")
+        # the token is bound to last_login: a link that was used no longer matches
+        return _demo_link_page(request, "used")
     login(request, user, backend="django.contrib.auth.backends.ModelBackend")
     return redirect("dashboard:list")
