@@ -93,7 +93,8 @@ export class GraphView {
     let relayout = false;
     if (structure !== this.structure) {
       relayout = true;
-      const first = this.structure === "";
+      // the first nodes drawn (also after an empty draft's graph) appear in place, without a glide
+      const first = this.nodes.size === 0;
       this.structure = structure;
       const tl = performance.now();
       const positions = this.layout(graph);
@@ -120,6 +121,8 @@ export class GraphView {
   }
 
   layout(graph) {
+    // dagre sizes an empty graph -Infinity: nothing to lay out, nothing to fit
+    if (!graph.nodes.length) return { nodes: new Map(), edges: new Map(), width: 0, height: 0 };
     const large = graph.nodes.length > 100;
     const g = new dagre.graphlib.Graph();
     g.setGraph({ rankdir: "LR", nodesep: 18, ranksep: 60, edgesep: 8, marginx: 24, marginy: 24,
@@ -137,7 +140,8 @@ export class GraphView {
     const edges = new Map();
     for (const e of g.edges()) edges.set(`${e.v}->${e.w}`, g.edge(e).points);
     const gg = g.graph();
-    return { nodes, edges, width: gg.width || 0, height: gg.height || 0 };
+    const finite = (v) => (Number.isFinite(v) && v > 0 ? v : 0);
+    return { nodes, edges, width: finite(gg.width), height: finite(gg.height) };
   }
 
   renderStructure(graph, positions, animate) {
@@ -357,7 +361,7 @@ export class GraphView {
     const w = rect.width || 800;
     const hgt = rect.height || 500;
     const { width, height } = this.size;
-    if (!width || !height) return;
+    if (!(width > 0 && height > 0 && Number.isFinite(width) && Number.isFinite(height))) return;
     const k = Math.max(0.05, Math.min(1.2, Math.min((w - 32) / width, (hgt - 32) / height)));
     this.view = { k, x: (w - width * k) / 2, y: (hgt - height * k) / 2 };
     this.viewport.classList.toggle("glide", animate);

@@ -25,10 +25,18 @@ window.__wcGraph = graphView;
 function drawGraph(graph) {
   state.graph = graph;
   const timing = graphView.setGraph(graph);
-  $("graph-empty").hidden = graph.nodes.length > 0;
+  renderEmpty();
   renderNodeList(graph);
   if (state.panelOpen) renderPanel(graphView.selectedData());
   return timing;
+}
+
+// a draft has no actions yet: say so instead of drawing an empty canvas
+function renderEmpty() {
+  const empty = !state.graph || state.graph.nodes.length === 0;
+  $("graph-empty").hidden = !empty;
+  $("graph-empty").textContent = state.detail && state.detail.status === "draft"
+    ? "Not started — no stages yet." : "No stages yet.";
 }
 
 function renderNodeList(graph) {
@@ -127,7 +135,9 @@ function renderHead(d) {
     $("btn-retry").textContent = d.status === "waiting" ? "Answer & retry…" : "Retry…";
     $("btn-cancel").hidden = TERMINAL.has(d.status);
     $("btn-edit").hidden = TERMINAL.has(d.status);
+    $("btn-start").hidden = d.status !== "draft";
   }
+  if (state.graph) renderEmpty();
 }
 
 // --- timeline ------------------------------------------------------------------------------------
@@ -393,6 +403,21 @@ function wireDialogs() {
       showError($("retry-error"), describeError(err, "Retry"));
       $("retry-confirm").disabled = false;
     }
+  });
+
+  $("btn-start").addEventListener("click", async () => {
+    const btn = $("btn-start");
+    btn.disabled = true;
+    showError($("head-error"), "");
+    try {
+      const detail = await api(`${base}/start`, { method: "POST" });
+      state.detail = detail;
+      renderHead(detail);
+      addEvents(detail.events || []);
+      refreshGraph(); refreshDetail();
+    } catch (err) {
+      showError($("head-error"), describeError(err, "Start"));
+    } finally { btn.disabled = false; }
   });
 
   const cancelDlg = $("cancel-dialog");
