@@ -129,13 +129,20 @@ class Command(BaseCommand):
             "simulated workers shows live only with REDIS_URL.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=8000)
-        parser.add_argument("--no-workers", action="store_true")
-        parser.add_argument("--workers", type=int, default=2)
-        parser.add_argument("--no-serve", action="store_true", help="prepare the database and exit")
+        parser.add_argument("--host", default="127.0.0.1",
+                            help="address the web server listens on (default 127.0.0.1: this machine only)")
+        parser.add_argument("--port", type=int, default=8000, help="port of the web server (default 8000)")
+        parser.add_argument("--no-workers", action="store_true",
+                            help="start no simulated workers: the work items stay where the seed left them")
+        parser.add_argument("--workers", type=int, default=2,
+                            help="how many simulated worker processes to start (default 2, 3 runs each)")
+        parser.add_argument("--no-serve", action="store_true",
+                            help="prepare the database (migrate, users, work items) and exit")
         parser.add_argument("--feed-seconds", type=float, default=25.0,
-                            help="create a new work item this often while running (0 = never), so work keeps arriving")
+                            help="create a new work item this often while running (default 25; 0 = never), "
+                                 "so work keeps arriving")
+        parser.add_argument("--access-log", action="store_true",
+                            help="print a line for every HTTP request the web server answers (off by default)")
 
     def handle(self, *args, **opts):
         call_command("migrate", verbosity=0)
@@ -151,8 +158,10 @@ class Command(BaseCommand):
         env.setdefault("WORKCENTER_SIM_SCALE", "2.0")
         # only this web server honours the one-time sign-in link printed below
         server_env = dict(env, **{DEMO_LOGIN_ENV: "1"})
+        # daphne logs every request unless told where else to write its access log
+        access_log = "-" if opts["access_log"] else os.devnull
         procs = [subprocess.Popen([sys.executable, "-m", "daphne", "-b", opts["host"], "-p", str(opts["port"]),
-                                   "workcenter.asgi:application"], env=server_env)]
+                                   "--access-log", access_log, "workcenter.asgi:application"], env=server_env)]
         if not opts["no_workers"]:
             for _ in range(max(0, opts["workers"])):
                 procs.append(subprocess.Popen([sys.executable, "manage.py", "workcenter_worker", "--concurrency", "3",

@@ -29,7 +29,15 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         import os
 
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        log_format = "%(asctime)s %(name)s %(levelname)s %(message)s"
+        logging.basicConfig(level=logging.INFO, format=log_format)
+        product = logging.getLogger("workcenter")
+        if product.handlers:
+            # settings.LOGGING gives the product's loggers a console handler of their own: one line
+            # per event, there (with the same timestamps), not a second one through the root's
+            for handler in product.handlers:
+                handler.setFormatter(logging.Formatter(log_format))
+            product.propagate = False
         options = {k: opts[k] for k in ("commands", "scripts") if opts[k]}
         try:
             executor = load_executor(opts["executor"] or (SHELL_EXECUTOR if options else None), **options)
