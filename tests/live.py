@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -64,10 +65,11 @@ def start_daphne(port: int, env: dict | None = None, *, stdout=subprocess.DEVNUL
     return proc
 
 
-def stop_process(proc: subprocess.Popen | None, timeout: float = 10) -> None:
+def stop_process(proc: subprocess.Popen | None, timeout: float = 10, sig: int = signal.SIGTERM) -> None:
+    """Ask `proc` to stop with `sig` (SIGINT: as Ctrl-C would), kill it after `timeout` seconds."""
     if proc is None or proc.poll() is not None:
         return
-    proc.terminate()
+    proc.send_signal(sig)
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:

@@ -204,11 +204,5 @@ def test_the_demo_still_runs_in_one_command_with_debug_on(tmp_path):
         assert _get(port, "/accounts/login/").status == 200
         assert _get(port, "/static/dashboard/list.js").status == 200
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        stop_process(proc, 30, signal.SIGINT)
     assert wait_until(lambda: not port_open(port), 10, 0.1)

@@ -11,7 +11,7 @@ import sys
 
 from django.core.management import load_command_class
 
-from tests.live import ROOT, free_port, port_open, wait_until
+from tests.live import ROOT, free_port, port_open, stop_process, wait_until
 from tests.production import process_env
 
 STARTED = re.compile(r"worker (\S+) started \(concurrency")
@@ -50,13 +50,7 @@ def _run_demo(tmp_path, *args: str, until, timeout: float = 120) -> str:
         assert proc.poll() is None, log_path.read_text()
         assert wait_until(lambda: until(port, log_path.read_text()), timeout, 0.5), log_path.read_text()
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        stop_process(proc, 30, signal.SIGINT)
     return log_path.read_text()
 
 
