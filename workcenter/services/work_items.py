@@ -83,11 +83,9 @@ def _resolve_work_dir(work_dir: Any) -> str:
     path = os.path.normpath(work_dir)
     if not _work_dir_allowed(path, roots):
         raise refused
-    try:
-        real = os.path.realpath(path)
-    except (OSError, ValueError):
-        raise refused from None
-    if not _work_dir_allowed(real, roots) or not os.path.isdir(real):
+    # canonicalize_dir strips surrounding blanks; a path with them names another directory here
+    real = common.canonicalize_dir(path) if path == path.strip() else ""
+    if not real or not _work_dir_allowed(real, roots):
         raise refused
     return real
 
