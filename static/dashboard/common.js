@@ -100,6 +100,23 @@ export function startTicker(extra) {
   setInterval(() => { refreshTimes(); if (extra) extra(); }, 1000);
 }
 
+/** A duration for people: "0 s", "42 s", "3 m 07 s", "1 h 05 m", "2 d 3 h". */
+export function formatDuration(ms) {
+  const s = Math.max(0, Math.floor(Number(ms || 0) / 1000));
+  const pad = (n) => String(n).padStart(2, "0");
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} m ${pad(s % 60)} s`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${pad(Math.floor((s % 3600) / 60))} m`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+}
+
+/** How long a run took (ended) or has taken so far (running), in ms; one rule for every view. */
+export function runDurationMs(run, now = Date.now()) {
+  if (!run || !run.started_at) return 0;
+  const end = run.ended_at ? Date.parse(run.ended_at) : now;
+  return Math.max(0, end - Date.parse(run.started_at));
+}
+
 export function shortId(id, n = 8) {
   return id ? (id.length > n ? `${id.slice(0, n)}…` : id) : "";
 }
