@@ -344,7 +344,8 @@ class ActionInline(ReadOnlyInline):
 class RunInline(ReadOnlyInline):
     model = Run
     fk_name = "action"
-    fields = ("short_id", "badge", "owner_boot_id", "lease_epoch", "started_at", "expires_at", "ended_at", "error")
+    fields = ("short_id", "badge", "owner_boot_id", "lease_epoch", "started_at", "renewed_at", "expires_at", "ended_at",
+              "error")
     readonly_fields = fields
     ordering = ("-started_at",)
 
@@ -437,8 +438,12 @@ class RunAdmin(ReadOnlyAdmin):
     def lease(self, obj):
         if obj.status != RunStatus.RUNNING:
             return "—"
-        left = (obj.expires_at - clock.now()).total_seconds()
-        return f"live, {int(left)} s left" if left > 0 else f"expired {int(-left)} s ago"
+        now = clock.now()
+        left = (obj.expires_at - now).total_seconds()
+        state = f"live, {int(left)} s left" if left > 0 else f"expired {int(-left)} s ago"
+        if obj.renewed_at is None:
+            return state
+        return f"{state}, renewed {int((now - obj.renewed_at).total_seconds())} s ago"
 
     @admin.display(description="events")
     def events(self, obj):

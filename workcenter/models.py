@@ -159,6 +159,9 @@ class Run(models.Model):
     status = models.CharField(max_length=32, choices=RunStatus.choices, default=RunStatus.RUNNING)
     started_at = models.DateTimeField()
     expires_at = models.DateTimeField()
+    # when the lease was last taken or renewed (claim, renew): a lease unrenewed for more than
+    # half its length (expires_at - renewed_at) means its worker has stopped beating
+    renewed_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     role_snapshot = models.JSONField(null=True, blank=True)
     vp_snapshot = models.JSONField(null=True, blank=True)

@@ -280,6 +280,14 @@ class LeaseOut(Schema):
     owner_boot_id: str
     lease_epoch: int
     expires_at: Timestamp
+    renewed_at: Timestamp
+
+
+class NodeRunOut(Schema):
+    id: str
+    status: str
+    started_at: Timestamp
+    ended_at: Optional[Timestamp] = None
 
 
 class GraphNodeOut(Schema):
@@ -293,6 +301,7 @@ class GraphNodeOut(Schema):
     workspace_mode: str
     sequence: int
     lease: Optional[LeaseOut] = None
+    run: Optional[NodeRunOut] = None
     blocked_by: list[str]
 
 

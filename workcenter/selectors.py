@@ -5,7 +5,7 @@ import contextlib
 import re
 
 from django.db import connection, transaction
-from django.db.models import Max, Q, Sum
+from django.db.models import Max, OuterRef, Q, Subquery, Sum
 
 from .errors import NotFound
 from .events import stream_read
@@ -321,6 +321,25 @@ def _blocked_by(action: Action, item: WorkItem, canonical: dict[str, Action], ru
     return reasons
 
 
+_NODE_RUN_FIELDS = ("id", "action_id", "status", "started_at", "ended_at", "owner_boot_id", "lease_epoch",
+                    "expires_at", "renewed_at")
+
+
+def _latest_runs(item_id: str) -> dict[str, Run]:
+    """{action id: its newest run (by started_at)} for every action of the item, in one statement:
+    each of the item's runs is kept only when no run of its action started later (the wc_run_action
+    index answers the inner lookup), and only the columns a graph node shows are read."""
+    newest = Run.objects.filter(action_id=OuterRef("action_id")).order_by("-started_at", "-pk").values("pk")[:1]
+    rows = Run.objects.filter(work_item_id=item_id, pk=Subquery(newest)).only(*_NODE_RUN_FIELDS)
+    return {r.action_id: r for r in rows}
+
+
+def _node_run(run: Run | None) -> dict | None:
+    if run is None:
+        return None
+    return {"id": run.pk, "status": run.status, "started_at": run.started_at, "ended_at": run.ended_at}
+
+
 def graph_snapshot(item_id: str) -> dict:
     """Nodes (canonical action per stage; linear: every action), edges, leases and the reasons a
     ready node cannot be claimed now. A read: nothing is locked or written."""
@@ -356,8 +375,12 @@ def graph_snapshot(item_id: str) -> dict:
             edges.append({"source": prev.effective_stage_id, "target": nxt.effective_stage_id,
                           "source_action_id": prev.pk, "target_action_id": nxt.pk})
 
-    run_ids = [a.current_run_id for a in nodes if a.status == ActionStatus.RUNNING and a.current_run_id]
-    runs = {r.pk: r for r in Run.objects.filter(pk__in=run_ids)} if run_ids else {}
+    latest = _latest_runs(item.pk)
+    runs = {r.pk: r for r in latest.values()}
+    missing = [a.current_run_id for a in nodes
+               if a.status == ActionStatus.RUNNING and a.current_run_id and a.current_run_id not in runs]
+    if missing:  # a running action's current run is its newest; this read is only a safety net
+        runs.update((r.pk, r) for r in Run.objects.filter(pk__in=missing).only(*_NODE_RUN_FIELDS))
     running = running_in_workspace(item.workspace_key) if item.workspace_key else []
     holder_cache: list = []
 
@@ -383,7 +406,9 @@ def graph_snapshot(item_id: str) -> dict:
             "lease": None if run is None else {
                 "run_id": run.pk, "owner_boot_id": run.owner_boot_id,
                 "lease_epoch": run.lease_epoch, "expires_at": run.expires_at,
+                "renewed_at": run.renewed_at or run.started_at,
             },
+            "run": _node_run(latest.get(a.pk)),
             "blocked_by": (_blocked_by(a, item, canonical, running, holders)
                            if a.status == ActionStatus.READY else []),
         })

@@ -142,7 +142,8 @@ def _insert_run(writes: common.Writes, run_id: str, action: Action, item: WorkIt
     conn = writes.cur.db
     run = common.new_instance(Run, conn.alias, {
         "id": run_id, "action_id": action.pk, "work_item_id": item.pk, "owner_boot_id": owner_boot_id,
-        "lease_epoch": epoch, "status": RunStatus.RUNNING, "started_at": now, "expires_at": expires, "evidence": []})
+        "lease_epoch": epoch, "status": RunStatus.RUNNING, "started_at": now, "expires_at": expires, "renewed_at": now,
+        "evidence": []})
     key = (conn.vendor, "insert_run")
     sql = common._SQL.get(key)
     if sql is None:

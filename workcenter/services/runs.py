@@ -48,10 +48,10 @@ def run_renew(*, run_id: str, owner_boot_id: str, lease_epoch: int, lease_ms: in
             return None
         expires = common.lease_expiry(now, lease_ms)
         n = Run.objects.filter(pk=run_id, status=RunStatus.RUNNING, lease_epoch=lease_epoch,
-                               owner_boot_id=owner_boot_id).update(expires_at=expires)
+                               owner_boot_id=owner_boot_id).update(expires_at=expires, renewed_at=now)
         if n != 1:
             return None
-        lease.run.expires_at = expires
+        lease.run.expires_at, lease.run.renewed_at = expires, now
         return lease.run
 
 
