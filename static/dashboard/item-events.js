@@ -1,13 +1,29 @@
-// The work item page's timeline of events, newest first.
+// The work item page's list of events, newest first: each row reads what its event really
+// carries (DOMAIN §11): the stage chip from the event's action, the "→ stage" of a changes
+// request from its target, worker ids short with the full id on hover.
 import { h, shortId, timeEl } from "./common.js";
 import { $, on, state } from "./item-core.js";
+
+const WORKER_ACTORS = /^(worker|recovery):(.+)$/;
+
+/** A worker's boot id: 8 characters, the full id on hover (never a wrapping UUID). */
+function workerId(id) {
+  return h("span", { class: "mono worker-id", title: id || "" }, shortId(String(id || "")));
+}
+
+function actorEl(actor) {
+  const m = WORKER_ACTORS.exec(actor || "");
+  if (!m) return h("span", { class: "event-actor" }, actor || "");
+  return h("span", { class: "event-actor", title: actor }, `${m[1]}:`, workerId(m[2]));
+}
 
 function eventSummary(ev) {
   const d = ev.data || {};
   const parts = [];
   switch (ev.type) {
-    case "run.claimed": parts.push(`by worker ${shortId(d.owner_boot_id)} epoch ${d.lease_epoch}`); break;
+    case "run.claimed": parts.push(["by worker ", workerId(d.owner_boot_id), ` epoch ${d.lease_epoch}`]); break;
     case "work_item.retried": if (d.target_stage_id) parts.push(`from ${d.target_stage_id}`); break;
+    case "review.changes_requested": break; // the arrow says it
     case "action.guidance_added": parts.push(`“${String(d.guidance || "").slice(0, 80)}”`); break;
     default:
       for (const [k, v] of Object.entries(d)) {
@@ -16,7 +32,16 @@ function eventSummary(ev) {
         if (parts.length >= 3) break;
       }
   }
-  return parts.join(" · ");
+  return parts.flatMap((p, i) => (i ? [" · "] : []).concat(p));
+}
+
+/** Where a changes request sends the work: a graph review names its target stage; a linear
+ *  review's action.completed names the type of the next action (the stage it returns to). */
+export function returnTarget(ev) {
+  const d = ev.data || {};
+  if (ev.type === "review.changes_requested") return d.target_stage_id || "";
+  if (ev.type === "action.completed" && d.review_decision === "changes_requested") return d.next_action_type || "";
+  return "";
 }
 
 function stageOf(ev) {
@@ -34,17 +59,25 @@ function eventStatus(type) {
   return "ready";
 }
 
+function stageChip(stage) {
+  return h("span", { class: "event-stage", title: `stage ${stage}` }, stage);
+}
+
 function eventRow(ev) {
   const stage = stageOf(ev);
-  const decision = ev.data && ev.data.review_decision === "changes_requested" && ev.data.next_stage_id
-    ? ` → ${ev.data.next_stage_id}` : "";
-  return h("li", { class: "event", dataset: { id: String(ev.id), type: ev.type, status: eventStatus(ev.type) } },
+  const target = returnTarget(ev);
+  const dataset = { id: String(ev.id), type: ev.type, status: eventStatus(ev.type) };
+  // an action the page does not know yet (a plan just added it): the chip follows with the detail
+  if (ev.action_id && !stage) dataset.pendingStage = ev.action_id;
+  return h("li", { class: "event", dataset },
     h("span", { class: "dot", dataset: { status: eventStatus(ev.type) }, "aria-hidden": "true" }),
     h("div", { class: "event-body" },
-      h("div", { class: "event-line" }, h("span", { class: "event-type" }, ev.type + decision),
-        stage ? h("span", { class: "event-stage" }, stage) : null),
+      h("div", { class: "event-line" },
+        h("span", { class: "event-type" }, ev.type,
+          target ? h("span", { class: "event-target", title: `back to stage ${target}` }, ` → ${target}`) : null),
+        stage ? stageChip(stage) : null),
       h("div", { class: "event-detail" }, eventSummary(ev)),
-      h("div", { class: "event-meta" }, h("span", { class: "event-actor" }, ev.actor), " · ", timeEl(ev.created_at), ` · #${ev.id}`)));
+      h("div", { class: "event-meta" }, actorEl(ev.actor), " · ", timeEl(ev.created_at), ` · #${ev.id}`)));
 }
 
 const MAX_EVENTS = 500;
@@ -65,4 +98,16 @@ function addEvents(events) {
   while (list.children.length > MAX_EVENTS) list.lastElementChild.remove();
 }
 
+/** Rows drawn before the detail knew their action get their stage chip as soon as it does. */
+function fillPendingStages() {
+  for (const li of $("events").querySelectorAll("li.event[data-pending-stage]")) {
+    const ev = state.events.get(Number(li.dataset.id));
+    const stage = ev ? stageOf(ev) : "";
+    if (!stage) continue;
+    delete li.dataset.pendingStage;
+    li.querySelector(".event-line").append(stageChip(stage));
+  }
+}
+
 on("events", addEvents);
+on("detail", fillPendingStages);

@@ -1,9 +1,14 @@
 // The work item page's side panel: the selected stage's facts, brief, context, dependencies,
-// guidance box and runs.
+// guidance box and every run of the stage with its start, end and duration (live while it runs).
 import {
-  STATUS_LABEL, absTime, api, badge, describeError, formatCount, h, shortId, showError, timeEl,
+  STATUS_LABEL, absTime, api, badge, describeError, formatCount, formatDuration, h, runDurationMs, shortId,
+  showError, timeEl,
 } from "./common.js";
 import { $, base, config, graphView, on, refreshAll, refreshers, state } from "./item-core.js";
+import { runsOfNode } from "./item-runs.js";
+
+// the run the timeline opened: its card stays marked across live re-renders until another opens
+let markedRun = null;
 
 function section(title, ...content) {
   return h("section", { class: "panel-section" }, h("h3", {}, title), ...content);
@@ -19,13 +24,23 @@ function evidenceItem(ev) {
     ev.path && ev.path !== label ? h("span", { class: "mono muted" }, ` ${ev.path}`) : null);
 }
 
-function runCard(run) {
+function durationEl(run) {
+  const live = !run.ended_at;
+  return h("span", { class: "run-duration", dataset: live ? { live: "", started: run.started_at } : {},
+    title: live ? "running for (live)" : "from claim to end" }, formatDuration(runDurationMs(run)));
+}
+
+function runCard(run, number, ownAction) {
   const counters = [["tokens", run.total_tokens], ["tool calls", run.tool_count], ["LLM requests", run.llm_request_count], ["loops", run.loop_count]]
     .filter(([, v]) => v).map(([k, v]) => `${formatCount(v)} ${k}`).join(" · ");
-  return h("li", { class: "run", dataset: { status: run.status, id: run.id } },
-    h("div", { class: "run-head" }, badge(run.status), h("span", { class: "mono muted", title: run.id }, shortId(run.id)),
-      h("span", { class: "muted" }, `epoch ${run.lease_epoch} · worker ${shortId(run.owner_boot_id)}`)),
-    h("div", { class: "run-times muted" }, "started ", timeEl(run.started_at), run.ended_at ? [" · ended ", timeEl(run.ended_at)] : " · running"),
+  return h("li", { class: `run${run.id === markedRun ? " marked" : ""}`, dataset: { status: run.status, id: run.id } },
+    h("div", { class: "run-head" }, h("span", { class: "run-number" }, `#${number}`), badge(run.status), durationEl(run),
+      h("span", { class: "mono muted run-id", title: run.id }, shortId(run.id))),
+    h("dl", { class: "run-times" },
+      h("dt", {}, "Started"), h("dd", {}, timeEl(run.started_at)),
+      h("dt", {}, "Ended"), h("dd", {}, run.ended_at ? timeEl(run.ended_at) : h("span", { class: "muted" }, "still running"))),
+    h("div", { class: "run-worker muted" }, "worker ", h("span", { class: "mono", title: run.owner_boot_id }, shortId(run.owner_boot_id)),
+      ` · epoch ${run.lease_epoch}`, ownAction ? null : h("span", { class: "tag run-earlier", title: "a run of an earlier action of this stage" }, "earlier action")),
     run.summary ? h("p", { class: "run-summary" }, run.summary) : null,
     run.waiting_reason ? h("p", { class: "run-waiting" }, h("strong", {}, "Question: "), run.waiting_reason) : null,
     run.review_decision ? h("p", {}, h("strong", {}, "Review: "), run.review_decision.replace(/_/g, " ")) : null,
@@ -86,7 +101,7 @@ function renderPanel(node) {
   const action = state.detail.actions.find((a) => a.id === node.id);
   $("panel-title").replaceChildren(node.name, " ", badge(node.status));
   if (!action) { body.replaceChildren(h("p", { class: "muted" }, "Loading…")); refreshers.detail(); return; }
-  const runs = state.detail.runs.filter((r) => r.action_id === action.id);
+  const runs = runsOfNode(state.detail, node);
   const brief = action.brief || {};
   const facts = [["Stage", action.stage_id], ["Type", action.type], ["Attempt", `${action.attempt} of ${action.max_attempts}`],
     ["Workspace", action.workspace_mode], ["Sequence", String(action.sequence)], ["Action", shortId(action.id, 12)]];
@@ -102,7 +117,8 @@ function renderPanel(node) {
     action.instruction ? h("details", { class: "panel-section instruction" }, h("summary", {}, "Instruction"), h("pre", {}, action.instruction)) : null,
     (action.context || []).length ? section(`Context (${action.context.length})`, h("ul", { class: "context" }, ...action.context.map(contextEntry))) : null,
     (action.depends_on_stage_ids || []).length ? section("Depends on", h("ul", { class: "deps" }, ...dependencyResults(action))) : null,
-    section(`Runs (${runs.length})`, runs.length ? h("ol", { class: "runs" }, ...runs.map(runCard)) : h("p", { class: "muted" }, "No runs yet.")),
+    section(`Runs (${runs.length})`, runs.length ? h("ol", { class: "runs", reversed: true },
+      ...runs.map((r, i) => runCard(r, runs.length - i, r.action_id === action.id))) : h("p", { class: "muted" }, "No runs yet.")),
   ];
   // keep a half-typed guidance across live re-renders
   const typed = document.getElementById("guidance-text")?.value;
@@ -128,7 +144,35 @@ function closePanel() {
 
 $("panel-close").addEventListener("click", closePanel);
 
-on("select", (node) => { if (state.panelOpen) renderPanel(node); });
+on("select", (node) => {
+  if (markedRun && node && !runsOfNode(state.detail, node).some((r) => r.id === markedRun)) markedRun = null;
+  if (state.panelOpen) renderPanel(node);
+});
+// the timeline opens a run: select its stage, open the panel and bring the run's card into view
+on("open-run", (run) => {
+  const action = state.detail && state.detail.actions.find((a) => a.id === run.action_id);
+  let node = graphView.nodeByActionId(run.action_id);
+  if (!node && action) node = (state.graph?.nodes || []).find((n) => n.stage_id === action.stage_id) || null;
+  if (!node) return;
+  markedRun = run.id;
+  graphView.select(graphView.keyOf(node), { open: true, scroll: !$("graph").hidden });
+  if (!state.panelOpen) openPanel(node);
+  const card = $("panel-body").querySelector(`li.run[data-id="${CSS.escape(run.id)}"]`);
+  if (card) {
+    card.scrollIntoView({ block: "nearest" });
+    card.classList.remove("flash");
+    void card.offsetWidth; // restart the flash
+    card.classList.add("flash");
+  }
+});
+// a running run's duration grows with the page's clock
+setInterval(() => {
+  const now = Date.now();
+  for (const el of document.querySelectorAll("#panel-body .run-duration[data-live]")) {
+    const text = formatDuration(runDurationMs({ started_at: el.dataset.started }, now));
+    if (el.textContent !== text) el.textContent = text;
+  }
+}, 1000);
 on("open", openPanel);
 on("graph", () => { if (state.panelOpen) renderPanel(graphView.selectedData()); });
 on("detail", () => { if (state.panelOpen) renderPanel(graphView.selectedData()); });

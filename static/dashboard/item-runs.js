@@ -1,0 +1,310 @@
+// Where the time of a work item went: the rules shared by the header and the side panel
+// (elapsed, time running, time waiting on a person) and the timeline view, a tab beside the
+// graph: one row per stage, a bar per run from its claim to its end coloured by outcome, a bar
+// that grows while a run runs, and hatched spans where the item waited on a person.
+//
+// Every duration goes through common.js's runDurationMs and formatDuration, so the header, the
+// panel, the graph's nodes and the timeline agree to the second.
+import { STATUS_LABEL, absTime, formatDuration, h, runDurationMs } from "./common.js";
+import { $, TERMINAL, emit, on, state } from "./item-core.js";
+
+const ms = (iso) => (iso ? Date.parse(iso) : null);
+
+// events that hand a blocked item back to the workers (or end it): a person acted
+const RESUMES = new Set(["work_item.retried", "workflow.retriaged", "work_item.cancelled", "action.reset"]);
+// events that leave the item needing a person although the run's own status does not say so
+function blocksByEvent(ev) {
+  const d = ev.data || {};
+  if (ev.type === "action.retry_exhausted" || ev.type === "action.marked_failed") return true;
+  return (ev.type === "run.interrupted" || ev.type === "run.released") && d.retryable === false;
+}
+
+/** When the item ended (done/cancelled: its last terminal event), else null. */
+export function itemEndMs(detail) {
+  if (!TERMINAL.has(detail.status)) return null;
+  const types = detail.status === "done" ? ["work_item.completed", "action.completed"] : ["work_item.cancelled"];
+  const ev = (detail.events || []).find((e) => types.includes(e.type)); // newest first
+  return ms(ev ? ev.created_at : detail.updated_at);
+}
+
+/** [start, end] of a run in ms; a running run ends now (the rule of runDurationMs). */
+export function runSpan(run, now = Date.now()) {
+  const start = ms(run.started_at);
+  return [start, start + runDurationMs(run, now)];
+}
+
+/** Total length of intervals, overlapping parts counted once. */
+export function unionMs(intervals) {
+  const sorted = intervals.filter(([a, b]) => b > a).sort((x, y) => x[0] - y[0]);
+  let total = 0;
+  let cur = null;
+  for (const [a, b] of sorted) {
+    if (!cur || a > cur[1]) { if (cur) total += cur[1] - cur[0]; cur = [a, b]; } else cur[1] = Math.max(cur[1], b);
+  }
+  if (cur) total += cur[1] - cur[0];
+  return total;
+}
+
+/**
+ * The spans in which the item waited on a person: from a run that ended `waiting` (a question)
+ * or `failed`, or an event that left the item needing attention (retries exhausted, a
+ * non-retryable interruption, an admin marking it failed), to the first retry / answer /
+ * contract change / reset / cancel after it, or the next claim, or the item's end, or now while
+ * it still waits. Each: {start, end, open, kind: "waiting"|"attention", actionId, runId, reason}.
+ */
+export function personSpans(detail, now = Date.now()) {
+  const starts = [];
+  for (const r of detail.runs) {
+    if ((r.status === "waiting" || r.status === "failed") && r.ended_at) {
+      starts.push({ start: ms(r.ended_at), kind: r.status === "waiting" ? "waiting" : "attention", actionId: r.action_id,
+        runId: r.id, reason: r.status === "waiting" ? r.waiting_reason : r.error });
+    }
+  }
+  for (const ev of detail.events || []) {
+    if (blocksByEvent(ev)) {
+      starts.push({ start: ms(ev.created_at), kind: "attention", actionId: ev.action_id, runId: ev.run_id,
+        reason: (ev.data && (ev.data.error || ev.data.reason)) || ev.type });
+    }
+  }
+  const resumes = (detail.events || []).filter((e) => RESUMES.has(e.type)).map((e) => ms(e.created_at));
+  const claims = detail.runs.map((r) => ms(r.started_at));
+  const end = itemEndMs(detail);
+  const blockedNow = detail.status === "waiting" || detail.status === "needs_attention";
+  const spans = [];
+  for (const s of starts) {
+    let e = Infinity;
+    for (const t of resumes) if (t >= s.start && t < e) e = t;
+    for (const t of claims) if (t > s.start && t < e) e = t;
+    if (end !== null && end < e) e = Math.max(s.start, end);
+    let open = false;
+    if (e === Infinity) {
+      if (!blockedNow) continue; // resumed by something these events no longer show
+      e = Math.max(s.start, now);
+      open = true;
+    }
+    spans.push({ ...s, end: e, open });
+  }
+  return spans.sort((a, b) => a.start - b.start);
+}
+
+/** Elapsed, running and waiting-on-a-person times of the item, in ms. */
+export function itemTimes(detail, now = Date.now()) {
+  const created = ms(detail.created_at);
+  const end = itemEndMs(detail);
+  const runs = detail.runs.filter((r) => r.started_at);
+  const intervals = runs.map((r) => runSpan(r, now));
+  const spans = personSpans(detail, now);
+  return {
+    elapsed: Math.max(0, (end ?? now) - created),
+    ended: end !== null,
+    running: unionMs(intervals),
+    runningSum: intervals.reduce((t, [a, b]) => t + (b - a), 0),
+    runs: runs.length,
+    live: runs.some((r) => !r.ended_at),
+    waiting: unionMs(spans.map((s) => [s.start, s.end])),
+    waitingOpen: spans.some((s) => s.open),
+    spans,
+  };
+}
+
+/** Every run of a stage: graph items keep one canonical action per stage, but a contract change
+ *  leaves earlier (superseded) actions of the same stage with their runs. Linear items: the
+ *  action's own runs (a stage done again is a new node). Newest first. */
+export function runsOfNode(detail, node) {
+  if (!detail || !node) return [];
+  if (detail.execution_mode !== "graph") return detail.runs.filter((r) => r.action_id === node.id);
+  const ids = new Set(detail.actions.filter((a) => a.stage_id === node.stage_id).map((a) => a.id));
+  ids.add(node.id);
+  return detail.runs.filter((r) => ids.has(r.action_id));
+}
+
+// --- the timeline view -----------------------------------------------------------------------------
+
+const view = $("runs-view");
+const tabs = [$("tab-graph"), $("tab-runs")];
+const ui = { shown: false, bars: [], waits: [], domain: [0, 1], ticksFor: "", live: false };
+
+const clockFmt = {
+  min: new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" }),
+  sec: new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" }),
+  day: new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric" }),
+};
+const STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 15e3, 3e4, 6e4, 12e4, 3e5, 6e5, 9e5, 18e5,
+  36e5, 72e5, 108e5, 216e5, 432e5, 864e5, 1728e5, 6048e5];
+
+function tickLabel(t, step) {
+  const d = new Date(t);
+  if (step >= 864e5) return clockFmt.day.format(d);
+  if (step >= 6e4) return clockFmt.min.format(d);
+  if (step >= 1e3) return clockFmt.sec.format(d);
+  return `${clockFmt.sec.format(d)}.${String(d.getMilliseconds()).padStart(3, "0")}`;
+}
+
+function stageRows(detail) {
+  // one row per stage, in the order the stages first appear (sequence); the graph's names
+  const rows = new Map();
+  const names = new Map((state.graph?.nodes || []).map((n) => [n.stage_id, n.name]));
+  const actions = [...detail.actions].sort((a, b) => a.sequence - b.sequence);
+  const stageOf = new Map();
+  for (const a of actions) {
+    stageOf.set(a.id, a.stage_id);
+    if (!rows.has(a.stage_id)) rows.set(a.stage_id, { stage: a.stage_id, name: names.get(a.stage_id) || a.stage_id, status: a.status, runs: [], waits: [] });
+    rows.get(a.stage_id).status = a.status; // the newest action of the stage says where it stands
+  }
+  for (const n of state.graph?.nodes || []) if (rows.has(n.stage_id) && detail.execution_mode === "graph") rows.get(n.stage_id).status = n.status;
+  for (const r of [...detail.runs].reverse()) { // oldest first within a row
+    const row = rows.get(stageOf.get(r.action_id));
+    if (row && r.started_at) row.runs.push(r);
+  }
+  return { rows: [...rows.values()], stageOf };
+}
+
+function runLabel(run, index, row, now) {
+  const status = STATUS_LABEL[run.status] || run.status;
+  const end = run.ended_at ? `ended ${absTime(run.ended_at)}` : "still running";
+  return `${row.name}, run ${index + 1}: ${status}, ${formatDuration(runDurationMs(run, now))} (started ${absTime(run.started_at)}, ${end})`;
+}
+
+function render() {
+  if (!ui.shown) return;
+  const t0 = performance.now();
+  const detail = state.detail;
+  if (!detail) { view.replaceChildren(h("p", { class: "tl-empty muted" }, "Loading…")); return; }
+  const now = Date.now();
+  const { rows, stageOf } = stageRows(detail);
+  const times = itemTimes(detail, now);
+  for (const s of times.spans) {
+    const row = rows.find((r) => r.stage === stageOf.get(s.actionId));
+    if (row) row.waits.push(s);
+  }
+  ui.bars = [];
+  ui.waits = [];
+  const body = h("div", { class: "tl-body", role: "list" });
+  const frag = document.createDocumentFragment();
+  for (const row of rows) {
+    const track = h("div", { class: "tl-track" });
+    for (const s of row.waits) {
+      const kind = s.kind === "waiting" ? "waiting on an answer" : "waiting for a person to act";
+      const el = h("div", { class: "tl-wait", dataset: { kind: s.kind }, title: `${kind}${s.reason ? ` — ${s.reason}` : ""}` });
+      ui.waits.push({ el, s });
+      track.append(el);
+    }
+    row.runs.forEach((run, i) => {
+      const el = h("button", { type: "button", class: "tl-bar", dataset: { status: run.status, run: run.id, stage: row.stage },
+        "aria-label": runLabel(run, i, row, now) });
+      el.title = el.getAttribute("aria-label");
+      ui.bars.push({ el, run, row, i });
+      track.append(el);
+    });
+    frag.append(h("div", { class: "tl-row", role: "listitem", dataset: { stage: row.stage, status: row.status } },
+      h("div", { class: "tl-label", title: `${row.name} — ${STATUS_LABEL[row.status] || row.status}` },
+        h("span", { class: "dot", dataset: { status: row.status }, "aria-hidden": "true" }), h("span", { class: "tl-name" }, row.name),
+        h("span", { class: "tl-count muted" }, row.runs.length ? String(row.runs.length) : "")),
+      track));
+  }
+  body.append(h("div", { class: "tl-grid", "aria-hidden": "true" }), frag);
+  const head = h("div", { class: "tl-head" }, h("div", { class: "tl-corner" }, "Stage"), h("div", { class: "tl-axis", "aria-hidden": "true" }));
+  const content = rows.length ? [head, body] : [h("p", { class: "tl-empty muted" }, "No stages yet.")];
+  const legend = h("p", { class: "tl-legend muted" },
+    h("span", { class: "tl-key tl-key-wait", "aria-hidden": "true" }), "waiting on a person · a bar per run, from its claim to its end · click a bar to open the run");
+  view.replaceChildren(...content, legend);
+  ui.live = times.live || times.waitingOpen || !times.ended;
+  ui.ticksFor = "";
+  place(now);
+  window.__wcRunsTiming = { rows: rows.length, bars: ui.bars.length, ms: performance.now() - t0 };
+}
+
+/** Position every bar, span and tick for the time domain that ends now (or at the item's end). */
+function place(now = Date.now()) {
+  const detail = state.detail;
+  if (!detail || !ui.shown) return;
+  let lo = ms(detail.created_at);
+  let hi = itemEndMs(detail) ?? now;
+  for (const { run } of ui.bars) { const [a, b] = runSpan(run, now); lo = Math.min(lo, a); hi = Math.max(hi, b); }
+  for (const w of ui.waits) { if (w.s.open) w.s.end = Math.max(w.s.start, now); hi = Math.max(hi, w.s.end); }
+  if (!(hi > lo)) hi = lo + 1000;
+  ui.domain = [lo, hi];
+  const pct = (t) => `${(((t - lo) / (hi - lo)) * 100).toFixed(4)}%`;
+  const wid = (a, b) => `${(((b - a) / (hi - lo)) * 100).toFixed(4)}%`;
+  for (const { el, run, row, i } of ui.bars) {
+    const [a, b] = runSpan(run, now);
+    el.style.left = pct(a);
+    el.style.width = wid(a, b);
+    if (!run.ended_at) { const label = runLabel(run, i, row, now); el.setAttribute("aria-label", label); el.title = label; }
+  }
+  for (const { el, s } of ui.waits) {
+    el.style.left = pct(s.start);
+    el.style.width = wid(s.start, s.end);
+    el.dataset.duration = formatDuration(s.end - s.start);
+  }
+  drawTicks(lo, hi);
+}
+
+function drawTicks(lo, hi) {
+  const axis = view.querySelector(".tl-axis");
+  const grid = view.querySelector(".tl-grid");
+  if (!axis) return;
+  const width = axis.getBoundingClientRect().width || 600;
+  const want = Math.max(2, Math.floor(width / 90));
+  const step = STEPS.find((s) => (hi - lo) / s <= want) || STEPS[STEPS.length - 1];
+  const first = Math.ceil(lo / step) * step;
+  const key = `${first}|${step}|${lo}|${hi}`;
+  if (key === ui.ticksFor) return;
+  ui.ticksFor = key;
+  const ticks = [];
+  const lines = [];
+  for (let t = first; t <= hi; t += step) {
+    const left = `${(((t - lo) / (hi - lo)) * 100).toFixed(3)}%`;
+    ticks.push(h("span", { class: "tl-tick", style: `left:${left}` }, tickLabel(t, step)));
+    lines.push(h("span", { class: "tl-line", style: `left:${left}` }));
+  }
+  axis.replaceChildren(...ticks);
+  axis.title = `${absTime(new Date(lo).toISOString())} → ${absTime(new Date(hi).toISOString())} (${formatDuration(hi - lo)})`;
+  grid.replaceChildren(...lines);
+}
+
+// --- tabs (ARIA tabs: arrow keys, Home and End move between them) ---------------------------------------
+
+function showTab(which, focus = false) {
+  const runs = which === "runs";
+  tabs[0].setAttribute("aria-selected", String(!runs));
+  tabs[1].setAttribute("aria-selected", String(runs));
+  tabs[0].tabIndex = runs ? -1 : 0;
+  tabs[1].tabIndex = runs ? 0 : -1;
+  $("graph").hidden = runs;
+  view.hidden = !runs;
+  view.closest(".graph-wrap")?.classList.toggle("showing-runs", runs);
+  ui.shown = runs;
+  if (runs) render();
+  if (focus) (runs ? tabs[1] : tabs[0]).focus();
+}
+
+tabs[0].addEventListener("click", () => showTab("graph"));
+tabs[1].addEventListener("click", () => showTab("runs"));
+for (const tab of tabs) {
+  tab.addEventListener("keydown", (e) => {
+    const i = tabs.indexOf(tab);
+    let next = null;
+    if (e.key === "ArrowRight" || e.key === "ArrowDown") next = (i + 1) % tabs.length;
+    else if (e.key === "ArrowLeft" || e.key === "ArrowUp") next = (i + tabs.length - 1) % tabs.length;
+    else if (e.key === "Home") next = 0;
+    else if (e.key === "End") next = tabs.length - 1;
+    if (next === null) return;
+    e.preventDefault();
+    showTab(next === 1 ? "runs" : "graph", true);
+  });
+}
+
+view.addEventListener("click", (e) => {
+  const bar = e.target.closest(".tl-bar");
+  if (!bar || !state.detail) return;
+  const run = state.detail.runs.find((r) => r.id === bar.dataset.run);
+  if (run) emit("open-run", run);
+});
+
+on("detail", render);
+on("graph", () => { if (state.detail) render(); });
+setInterval(() => { if (ui.shown && ui.live) place(); }, 1000);
+new ResizeObserver(() => { if (ui.shown) { ui.ticksFor = ""; place(); } }).observe(view);
+
+window.__wcRuns = { itemTimes, personSpans, showTab };
