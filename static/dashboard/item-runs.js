@@ -206,7 +206,9 @@ function render() {
   const head = h("div", { class: "tl-head" }, h("div", { class: "tl-corner" }, "Stage"), h("div", { class: "tl-axis", "aria-hidden": "true" }));
   const content = rows.length ? [head, body] : [h("p", { class: "tl-empty muted" }, "No stages yet.")];
   const legend = h("p", { class: "tl-legend muted" },
-    h("span", { class: "tl-key tl-key-wait", "aria-hidden": "true" }), "waiting on a person · a bar per run, from its claim to its end · click a bar to open the run");
+    h("span", { class: "tl-key", dataset: { key: "waiting" }, "aria-hidden": "true" }), "waiting on an answer ",
+    h("span", { class: "tl-key", dataset: { key: "attention" }, "aria-hidden": "true" }), "waiting on a person after a failure ",
+    h("span", { class: "tl-key", dataset: { key: "interrupted" }, "aria-hidden": "true" }), "interrupted · a bar per run, from its claim to its end; click one to open it");
   view.replaceChildren(...content, legend);
   ui.live = times.live || times.waitingOpen || !times.ended;
   ui.ticksFor = "";

@@ -1,0 +1,132 @@
+"""The page's list of events reads what the events really carry: the "→ stage" of a changes
+request, the stage chip of a stage a plan has just created (without reload), short worker ids
+with the full id on hover."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.conftest import Clock, Store, completed, make_graph
+from workcenter.models import Event, WorkItem
+
+from .conftest import screenshot, wait_live
+from .timing import console_errors
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def store(transactional_db):
+    return Store(Clock())
+
+
+def open_item(page, daphne_server, item_id):
+    page.goto(f"{daphne_server.url}/work-items/{item_id}/")
+    page.wait_for_selector("#graph g.node")
+    wait_live(page)
+
+
+def event_id(bg, item_id, type_, nth=-1):
+    return bg(lambda: list(Event.objects.filter(work_item_id=item_id, type=type_).order_by("id")
+                           .values_list("id", flat=True))[nth])
+
+
+def row(page, ev_id):
+    return page.locator(f'#events li.event[data-id="{ev_id}"]')
+
+
+def review_graph(store):
+    """impl → rev (a review that sends changes back to impl) → ship."""
+    stages = [{"id": "impl", "type": "implement"}, {"id": "rev", "type": "review", "deps": ["impl"], "return_to": "impl"},
+              {"id": "ship", "deps": ["rev"]}]
+    item = make_graph(store, stages, title="Changes requested")
+    WorkItem.objects.filter(pk=item.pk).update(workflow_snapshot={"execution_mode": "graph", "stages": [
+        {"id": s["id"], "type": s.get("type", "research"), "depends_on_stage_ids": s.get("deps", []),
+         "changes_requested_stage_id": s.get("return_to")} for s in stages]})
+    return item
+
+
+def test_a_graph_review_requesting_changes_shows_the_stage_it_sends_the_work_back_to(page, daphne_server, store, bg):
+    errors = console_errors(page)
+    item = bg(review_graph, store)
+    bg(lambda: store.complete(store.claim_item(item.pk, stage="impl")))
+    open_item(page, daphne_server, item.pk)
+    bg(lambda: store.complete(store.claim_item(item.pk, stage="rev"), review_decision="changes_requested"))
+    ev = event_id(bg, item.pk, "review.changes_requested")
+    row(page, ev).wait_for()
+    line = row(page, ev).locator(".event-line")
+    assert line.locator(".event-type").inner_text() == "review.changes_requested → impl"
+    assert line.locator(".event-stage").inner_text() == "rev"  # the review's own stage
+    screenshot(page, "events-changes-requested-1280-light.png")
+    assert not errors
+
+
+def test_a_linear_review_requesting_changes_shows_the_stage_it_returns_to(page, daphne_server, store, bg):
+    errors = console_errors(page)
+    item = bg(store.linear, criteria=["works"], title="Linear changes")
+    for stage in ("triage", "implement"):
+        bg(lambda s=stage: store.complete(store.claim_item(item.pk, stage=s)))
+    open_item(page, daphne_server, item.pk)
+    bg(lambda: store.complete(store.claim_item(item.pk, stage="review"), review_decision="changes_requested"))
+    ev = event_id(bg, item.pk, "action.completed")
+    data = bg(lambda: Event.objects.get(pk=ev).data)
+    assert data == {"next_action_type": "implement", "review_decision": "changes_requested"}
+    row(page, ev).wait_for()
+    assert row(page, ev).locator(".event-type").inner_text() == "action.completed → implement"
+    # a completion that is not a changes request has no arrow
+    first = event_id(bg, item.pk, "action.completed", nth=0)
+    assert "→" not in row(page, first).locator(".event-type").inner_text()
+    assert not errors
+
+
+def test_a_stage_a_plan_just_created_gets_its_chip_without_reload(page, daphne_server, store, bg):
+    errors = console_errors(page)
+    item = bg(store.create, title="Planned live", work_item_type="analysis")
+    open_item(page, daphne_server, item.pk)
+    page.evaluate("window.__sameDocument = true")
+
+    def plan_and_claim():
+        # the plan adds stages a and b; a is claimed at once, before the page has re-read the item
+        triage = store.claim_item(item.pk)
+        store.submit(triage, completed(plan={"work_item_type": "analysis", "actions": [
+            {"id": "a", "type": "research", "objective": "look"}, {"id": "b", "type": "write", "objective": "write"}]}))
+        return store.claim_item(item.pk, stage="a")
+
+    claim = bg(plan_and_claim)
+    ev = bg(lambda: Event.objects.get(type="run.claimed", run_id=claim.run.pk).pk)
+    row(page, ev).wait_for()
+    chip = row(page, ev).locator(".event-stage")
+    chip.wait_for(timeout=5000)
+    assert chip.inner_text() == "a"
+    assert page.evaluate("window.__sameDocument") is True
+    assert page.locator("#events li.event[data-pending-stage]").count() == 0
+    assert not errors
+
+
+def test_worker_ids_are_short_with_the_full_id_on_hover(page, daphne_server, store, bg):
+    errors = console_errors(page)
+    boot = str(uuid.uuid4())
+    item = bg(make_graph, store, [{"id": "solo"}], title="Worker ids")
+    open_item(page, daphne_server, item.pk)
+    bg(lambda: store.claim_item(item.pk, boot=boot))
+    ev = event_id(bg, item.pk, "run.claimed")
+    r = row(page, ev)
+    r.wait_for()
+    ids = r.locator(".worker-id")
+    assert ids.count() == 2  # "by worker …" and the actor "worker:…"
+    for i in range(2):
+        assert ids.nth(i).inner_text() == f"{boot[:8]}…"
+        assert ids.nth(i).get_attribute("title") == boot
+    assert "by worker " + boot[:8] in r.locator(".event-detail").inner_text()
+    assert boot not in page.locator("#events").inner_text()
+    # one line each: no UUID wraps the row
+    for part in (".event-detail", ".event-meta"):
+        box = r.locator(part).bounding_box()
+        assert box["height"] < 22, (part, box)
+    page.set_viewport_size({"width": 800, "height": 900})
+    r.scroll_into_view_if_needed()
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        screenshot(page, f"events-worker-ids-800-{scheme}.png")
+    assert not errors
