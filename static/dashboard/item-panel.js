@@ -159,7 +159,7 @@ on("open-run", (run) => {
   if (!state.panelOpen) openPanel(node);
   const card = $("panel-body").querySelector(`li.run[data-id="${CSS.escape(run.id)}"]`);
   if (card) {
-    card.scrollIntoView({ block: "nearest" });
+    card.scrollIntoView({ block: "start" });
     card.classList.remove("flash");
     void card.offsetWidth; // restart the flash
     card.classList.add("flash");

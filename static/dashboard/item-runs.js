@@ -209,7 +209,10 @@ function render() {
     h("span", { class: "tl-key", dataset: { key: "waiting" }, "aria-hidden": "true" }), "waiting on an answer ",
     h("span", { class: "tl-key", dataset: { key: "attention" }, "aria-hidden": "true" }), "waiting on a person after a failure ",
     h("span", { class: "tl-key", dataset: { key: "interrupted" }, "aria-hidden": "true" }), "interrupted · a bar per run, from its claim to its end; click one to open it");
+  // a live redraw keeps the keyboard on the bar it was on
+  const focused = view.contains(document.activeElement) ? document.activeElement.dataset.run : null;
   view.replaceChildren(...content, legend);
+  if (focused) view.querySelector(`.tl-bar[data-run="${CSS.escape(focused)}"]`)?.focus({ preventScroll: true });
   ui.live = times.live || times.waitingOpen || !times.ended;
   ui.ticksFor = "";
   place(now);
