@@ -122,7 +122,8 @@ export function runsOfNode(detail, node) {
 
 const view = $("runs-view");
 const tabs = [$("tab-graph"), $("tab-runs")];
-const ui = { shown: false, bars: [], waits: [], domain: [0, 1], ticksFor: "", live: false };
+const ui = { shown: false, bars: [], waits: [], domain: [0, 1], ticksFor: "", live: false, zoom: 1 };
+const MAX_ZOOM = 64;
 
 const clockFmt = {
   min: new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" }),
@@ -205,7 +206,11 @@ function render() {
   body.append(h("div", { class: "tl-grid", "aria-hidden": "true" }), frag);
   const head = h("div", { class: "tl-head" }, h("div", { class: "tl-corner" }, "Stage"), h("div", { class: "tl-axis", "aria-hidden": "true" }));
   const content = rows.length ? [head, body] : [h("p", { class: "tl-empty muted" }, "No stages yet.")];
-  const legend = h("p", { class: "tl-legend muted" },
+  const zoomButtons = h("span", { class: "tl-zoom" },
+    h("button", { type: "button", class: "btn btn-small btn-quiet", dataset: { zoom: "out" }, "aria-label": "Zoom the timeline out" }, "−"),
+    h("button", { type: "button", class: "btn btn-small btn-quiet", dataset: { zoom: "in" }, "aria-label": "Zoom the timeline in" }, "+"),
+    h("button", { type: "button", class: "btn btn-small btn-quiet", dataset: { zoom: "fit" }, "aria-label": "Fit the whole timeline" }, "Fit"));
+  const legend = h("p", { class: "tl-legend muted" }, rows.length ? zoomButtons : null,
     h("span", { class: "tl-key", dataset: { key: "waiting" }, "aria-hidden": "true" }), "waiting on an answer ",
     h("span", { class: "tl-key", dataset: { key: "attention" }, "aria-hidden": "true" }), "waiting on a person after a failure ",
     h("span", { class: "tl-key", dataset: { key: "interrupted" }, "aria-hidden": "true" }), "interrupted · a bar per run, from its claim to its end; click one to open it");
@@ -300,7 +305,42 @@ for (const tab of tabs) {
   });
 }
 
+// --- zoom: the time axis widens (the view scrolls sideways); the stage names stay ------------------------
+
+function setZoom(z, clientX = null) {
+  z = Math.max(1, Math.min(MAX_ZOOM, z));
+  const axis = view.querySelector(".tl-axis");
+  if (!axis || z === ui.zoom) return;
+  const before = axis.getBoundingClientRect();
+  const viewRect = view.getBoundingClientRect();
+  const label = view.querySelector(".tl-corner").getBoundingClientRect().width;
+  const anchor = clientX ?? (viewRect.left + label + viewRect.right) / 2; // else the middle of what shows
+  const frac = (anchor - before.left) / before.width; // the time under the anchor stays under it
+  ui.zoom = z;
+  view.style.setProperty("--tl-zoom", String(z));
+  const after = axis.getBoundingClientRect();
+  view.scrollLeft += after.left + frac * after.width - anchor;
+  ui.ticksFor = "";
+  place();
+}
+
+view.addEventListener("wheel", (e) => {
+  if (!(e.ctrlKey || e.metaKey)) return; // a plain wheel scrolls the rows
+  e.preventDefault();
+  setZoom(ui.zoom * Math.exp(-e.deltaY * 0.002), e.clientX);
+}, { passive: false });
+view.addEventListener("keydown", (e) => {
+  if (e.target.closest("input, textarea")) return;
+  if (e.key === "+" || e.key === "=") setZoom(ui.zoom * 1.5);
+  else if (e.key === "-") setZoom(ui.zoom / 1.5);
+  else if (e.key === "0") setZoom(1);
+  else return;
+  e.preventDefault();
+});
+
 view.addEventListener("click", (e) => {
+  const zoom = e.target.closest("[data-zoom]");
+  if (zoom) { setZoom(zoom.dataset.zoom === "fit" ? 1 : ui.zoom * (zoom.dataset.zoom === "in" ? 1.5 : 1 / 1.5)); return; }
   const bar = e.target.closest(".tl-bar");
   if (!bar || !state.detail) return;
   const run = state.detail.runs.find((r) => r.id === bar.dataset.run);

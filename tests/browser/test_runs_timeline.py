@@ -169,6 +169,17 @@ def test_two_hundred_stages_with_runs_from_milliseconds_to_hours(page, daphne_se
     tiny, long_ = bars(page, "s000")[0], bars(page, f"s{len(lengths) - 1:03d}")[0]
     assert tiny["width"] >= 3  # a 5 ms run stays visible and clickable
     assert long_["width"] > 100 * tiny["width"] / 3
+    # zoom in (twice 1.5×): the time axis widens, the bars with it; Fit comes back
+    axis_width = lambda: page.locator("#runs-view .tl-axis").bounding_box()["width"]
+    before = axis_width()
+    page.click('#runs-view [data-zoom="in"]')
+    page.click('#runs-view [data-zoom="in"]')
+    zoomed = bars(page, f"s{len(lengths) - 1:03d}")[0]
+    assert axis_width() > 2.2 * before
+    assert abs(zoomed["width"] / long_["width"] - axis_width() / before) < 0.01, (zoomed, long_)
+    assert page.locator("#runs-view .tl-tick").count() > 4
+    page.click('#runs-view [data-zoom="fit"]')
+    assert abs(bars(page, f"s{len(lengths) - 1:03d}")[0]["width"] - long_["width"]) <= 1
     # the rows scroll inside the view; the axis stays on top
     page.locator('#runs-view .tl-row[data-stage="s199"]').scroll_into_view_if_needed()
     axis = page.locator("#runs-view .tl-axis").bounding_box()
