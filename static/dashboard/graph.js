@@ -1,21 +1,42 @@
-// The stage graph (UI.md "graph"): dagre's layered layout drawn as SVG, updated in place.
+// The stage graph (UI.md "graph"): a layered layout drawn as SVG, updated in place.
 //
 // setGraph() diffs the new snapshot against what is drawn: when the node and edge sets are the
 // same only the changed nodes are restyled (no layout); when they differ (plan applied, changes
 // requested) the layout is recomputed and nodes glide to their new places.
+//
+// Legibility: node text is never drawn below 12 px on screen by the automatic view. The view
+// never zooms in past 1 and never out below LEGIBLE_ZOOM; a graph that does not fit at that zoom
+// is panned to the part that matters (the selected stage, else a failed, waiting or running one,
+// else the first) and a minimap in the corner shows where the view is. The Fit button shows a
+// graph of more than FIT_ALL_FROM stages whole, at whatever zoom that takes.
+//
+// Layouts, chosen for the room the graph has (the part of the container no panel covers):
+//   * a linear chain wraps into rows ("snake"), as many stages per row as fit legibly;
+//   * a small graph: dagre's layered layout, left-to-right or top-to-bottom, whichever is larger;
+//   * a large graph (> LARGE stages): a linear-time layered layout (longest-path ranks, barycentre
+//     ordering, balanced placement), also in both directions.
 import dagre from "../vendor/dagre-3.1.3/dagre.esm.js";
-import { STATUS_ICON, STATUS_LABEL, shortId } from "./common.js";
+import { STATUS_ICON, STATUS_LABEL, formatDuration, runDurationMs, shortId } from "./common.js";
 
 const SVG = "http://www.w3.org/2000/svg";
-const NODE_W = 184;
-const NODE_H = 66;
+const NODE_W = 224;
+const NODE_H = 84;
+const FONT_MIN = 13; // the smallest node font, in px at zoom 1 (graph.css)
+export const LEGIBLE_ZOOM = 12.25 / FONT_MIN;
+const LARGE = 80;
+const FIT_ALL_FROM = 24;
+const PAD = 20;
 const RING_R = 7;
 const RING_C = 2 * Math.PI * RING_R;
 const MODE_MARK = { shared: "shared", read: "read", "isolated-write": "isolated", integrate: "integrate" };
 const HIGHLIGHT = new Set(["failed", "waiting"]);
+const MINIMAP_W = 200;
+const MINIMAP_H = 130;
 
-const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+const ESC = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ESC[c]);
 const clip = (s, n) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
+const f1 = (v) => (Math.round(v * 10) / 10).toString();
 
 function svgEl(tag, attrs = {}) {
   const el = document.createElementNS(SVG, tag);
@@ -23,38 +44,238 @@ function svgEl(tag, attrs = {}) {
   return el;
 }
 
-function edgePath(points) {
+function smoothPath(points) {
   if (!points || points.length < 2) return "";
   const [p0, ...rest] = points;
-  let d = `M${p0.x.toFixed(1)},${p0.y.toFixed(1)}`;
-  if (rest.length === 1) return `${d}L${rest[0].x.toFixed(1)},${rest[0].y.toFixed(1)}`;
+  let d = `M${f1(p0.x)},${f1(p0.y)}`;
+  if (rest.length === 1) return `${d}L${f1(rest[0].x)},${f1(rest[0].y)}`;
   // smooth through the bend points: quadratic curves between midpoints
   for (let i = 0; i < rest.length - 1; i++) {
     const c = rest[i];
     const n = rest[i + 1];
-    const mx = (c.x + n.x) / 2;
-    const my = (c.y + n.y) / 2;
-    d += `Q${c.x.toFixed(1)},${c.y.toFixed(1)} ${mx.toFixed(1)},${my.toFixed(1)}`;
+    d += `Q${f1(c.x)},${f1(c.y)} ${f1((c.x + n.x) / 2)},${f1((c.y + n.y) / 2)}`;
   }
   const last = rest[rest.length - 1];
-  return `${d}L${last.x.toFixed(1)},${last.y.toFixed(1)}`;
+  return `${d}L${f1(last.x)},${f1(last.y)}`;
 }
+
+/** A cubic from one node's outgoing side to the next node's incoming side. */
+function flowPath(a, b, dir) {
+  if (dir === "TB") {
+    const x1 = a.x + NODE_W / 2, y1 = a.y + NODE_H, x2 = b.x + NODE_W / 2, y2 = b.y;
+    const dy = Math.max(24, (y2 - y1) / 2);
+    return `M${f1(x1)},${f1(y1)}C${f1(x1)},${f1(y1 + dy)} ${f1(x2)},${f1(y2 - dy)} ${f1(x2)},${f1(y2)}`;
+  }
+  const x1 = a.x + NODE_W, y1 = a.y + NODE_H / 2, x2 = b.x, y2 = b.y + NODE_H / 2;
+  const dx = Math.max(24, (x2 - x1) / 2);
+  return `M${f1(x1)},${f1(y1)}C${f1(x1 + dx)},${f1(y1)} ${f1(x2 - dx)},${f1(y2)} ${f1(x2)},${f1(y2)}`;
+}
+
+// --- layouts: each returns {nodes: Map key -> {x, y} (top left), edges: Map "a->b" -> path d,
+//     width, height, dir} ---------------------------------------------------------------------
+
+/** A chain wrapped into rows of `cols`, alternating direction so each step stays short. */
+function snakeLayout(keys, cols) {
+  const gapX = 44;
+  const gapY = 40;
+  const nodes = new Map();
+  keys.forEach((key, i) => {
+    const row = Math.floor(i / cols);
+    const pos = i % cols;
+    const col = row % 2 ? cols - 1 - pos : pos;
+    nodes.set(key, { x: PAD + col * (NODE_W + gapX), y: PAD + row * (NODE_H + gapY) });
+  });
+  const edges = new Map();
+  for (let i = 0; i + 1 < keys.length; i++) {
+    const a = nodes.get(keys[i]);
+    const b = nodes.get(keys[i + 1]);
+    let d;
+    if (Math.abs(a.y - b.y) < 1) {
+      const ltr = b.x > a.x;
+      const y = a.y + NODE_H / 2;
+      d = ltr ? `M${f1(a.x + NODE_W)},${f1(y)}L${f1(b.x)},${f1(y)}` : `M${f1(a.x)},${f1(y)}L${f1(b.x + NODE_W)},${f1(y)}`;
+    } else {
+      d = flowPath(a, b, "TB");
+    }
+    edges.set(`${keys[i]}->${keys[i + 1]}`, d);
+  }
+  const rows = Math.ceil(keys.length / cols);
+  const used = Math.min(cols, keys.length);
+  return { nodes, edges, dir: cols === 1 ? "TB" : "LR", snake: cols,
+    width: 2 * PAD + used * NODE_W + (used - 1) * gapX, height: 2 * PAD + rows * NODE_H + (rows - 1) * gapY };
+}
+
+function dagreLayout(keys, pairs, dir) {
+  const g = new dagre.graphlib.Graph();
+  g.setGraph(dir === "TB"
+    ? { rankdir: "TB", nodesep: 22, ranksep: 36, edgesep: 10, marginx: PAD, marginy: PAD }
+    : { rankdir: "LR", nodesep: 18, ranksep: 50, edgesep: 10, marginx: PAD, marginy: PAD });
+  g.setDefaultEdgeLabel(() => ({}));
+  for (const key of keys) g.setNode(key, { width: NODE_W, height: NODE_H });
+  for (const [a, b] of pairs) g.setEdge(a, b);
+  dagre.layout(g);
+  const nodes = new Map();
+  for (const key of g.nodes()) { const p = g.node(key); nodes.set(key, { x: p.x - NODE_W / 2, y: p.y - NODE_H / 2 }); }
+  const edges = new Map();
+  for (const e of g.edges()) edges.set(`${e.v}->${e.w}`, smoothPath(g.edge(e).points));
+  const gg = g.graph();
+  const finite = (v) => (Number.isFinite(v) && v > 0 ? v : 0);
+  return { nodes, edges, dir, width: finite(gg.width), height: finite(gg.height) };
+}
+
+/** Ranks and orders for the large-graph layout (direction-free): {rankOf, ranks: [[key]]}. */
+function layering(keys, pairs) {
+  const index = new Map(keys.map((k, i) => [k, i]));
+  const n = keys.length;
+  const succ = Array.from({ length: n }, () => []);
+  const pred = Array.from({ length: n }, () => []);
+  const indeg = new Int32Array(n);
+  for (const [a, b] of pairs) {
+    const i = index.get(a);
+    const j = index.get(b);
+    succ[i].push(j);
+    pred[j].push(i);
+    indeg[j]++;
+  }
+  // longest path from the sources (Kahn's order; a cycle's leftovers keep their input order)
+  const rank = new Int32Array(n);
+  const order = [];
+  const queue = [];
+  for (let i = 0; i < n; i++) if (!indeg[i]) queue.push(i);
+  for (let q = 0; q < queue.length; q++) {
+    const i = queue[q];
+    order.push(i);
+    for (const j of succ[i]) { if (rank[j] < rank[i] + 1) rank[j] = rank[i] + 1; if (--indeg[j] === 0) queue.push(j); }
+  }
+  if (order.length < n) for (let i = 0; i < n; i++) if (indeg[i] > 0) order.push(i);
+  // a node that feeds only later ranks moves down next to its first consumer (shorter edges)
+  for (let q = order.length - 1; q >= 0; q--) {
+    const i = order[q];
+    if (!succ[i].length || !pred[i].length) continue;
+    let m = Infinity;
+    for (const j of succ[i]) m = Math.min(m, rank[j]);
+    if (m - 1 > rank[i]) rank[i] = m - 1;
+  }
+  let depth = n ? Math.max(...rank) + 1 : 0;
+  let ranks = Array.from({ length: depth }, () => []);
+  for (let i = 0; i < n; i++) ranks[rank[i]].push(i); // input (sequence) order first
+  // a rank wider than CAP (a fan-out: dozens of stages after one) wraps into several columns, the
+  // stages that feed nothing first, those with successors last (next to them)
+  const cap = Math.max(12, Math.ceil(1.5 * Math.sqrt(n)));
+  if (ranks.some((r) => r.length > cap)) {
+    const wrapped = [];
+    for (const r of ranks) {
+      if (r.length <= cap) { wrapped.push(r); continue; }
+      const sorted = [...r.filter((i) => !succ[i].length), ...r.filter((i) => succ[i].length)];
+      const cols = Math.ceil(sorted.length / cap);
+      const per = Math.ceil(sorted.length / cols);
+      for (let c = 0; c < cols; c++) wrapped.push(sorted.slice(c * per, (c + 1) * per).sort((a, b) => a - b));
+    }
+    ranks = wrapped;
+    depth = ranks.length;
+    ranks.forEach((r, d) => r.forEach((i) => { rank[i] = d; }));
+  }
+  // barycentre sweeps: down by predecessors, up by successors
+  const pos = new Float64Array(n);
+  const place = () => ranks.forEach((r) => r.forEach((i, p) => { pos[i] = p - r.length / 2; }));
+  place();
+  const sweep = (r, nbrs) => {
+    const bc = new Map();
+    for (const i of r) {
+      const list = nbrs[i];
+      if (!list.length) { bc.set(i, pos[i]); continue; }
+      let s = 0;
+      for (const j of list) s += pos[j];
+      bc.set(i, s / list.length);
+    }
+    r.sort((a, b) => bc.get(a) - bc.get(b) || a - b);
+    r.forEach((i, p) => { pos[i] = p - r.length / 2; });
+  };
+  for (let pass = 0; pass < 3; pass++) {
+    for (let d = 1; d < depth; d++) sweep(ranks[d], pred);
+    for (let d = depth - 2; d >= 0; d--) sweep(ranks[d], succ);
+  }
+  return { n, succ, pred, rank, ranks };
+}
+
+function fastLayout(keys, pairs, dir, lay) {
+  const { n, pred, succ, rank, ranks } = lay;
+  const along = dir === "TB" ? NODE_H : NODE_W; // size along the flow
+  const across = dir === "TB" ? NODE_W : NODE_H;
+  const rankGap = dir === "TB" ? 44 : 56;
+  const sep = dir === "TB" ? 24 : 18;
+  const step = across + sep;
+  const c = new Float64Array(n); // cross-axis coordinate (top/left of the node)
+  ranks.forEach((r) => r.forEach((i, p) => { c[i] = p * step; }));
+  // balanced placement: each node wants the mean of its neighbours; keep order and spacing
+  const settle = (r, nbrs) => {
+    const m = r.length;
+    if (!m) return;
+    const want = new Float64Array(m);
+    for (let p = 0; p < m; p++) {
+      const list = nbrs[r[p]];
+      if (!list.length) { want[p] = c[r[p]]; continue; }
+      let s = 0;
+      for (const j of list) s += c[j];
+      want[p] = s / list.length;
+    }
+    const down = new Float64Array(m);
+    const up = new Float64Array(m);
+    for (let p = 0; p < m; p++) down[p] = p ? Math.max(want[p], down[p - 1] + step) : want[p];
+    for (let p = m - 1; p >= 0; p--) up[p] = p < m - 1 ? Math.min(want[p], up[p + 1] - step) : want[p];
+    for (let p = 0; p < m; p++) c[r[p]] = (down[p] + up[p]) / 2;
+  };
+  for (let pass = 0; pass < 2; pass++) {
+    for (let d = 1; d < ranks.length; d++) settle(ranks[d], pred);
+    for (let d = ranks.length - 2; d >= 0; d--) settle(ranks[d], succ);
+  }
+  // keep every rank inside the band of the widest one: no drift into a staircase
+  const widest = Math.max(...ranks.map((r) => r.length));
+  const lo = -((widest - 1) / 2) * step;
+  const hi = ((widest - 1) / 2) * step;
+  for (const r of ranks) {
+    const m = r.length;
+    for (let p = 0; p < m; p++) c[r[p]] = Math.max(c[r[p]], lo + p * step);
+    for (let p = m - 1; p >= 0; p--) c[r[p]] = Math.min(c[r[p]], hi - (m - 1 - p) * step);
+  }
+  let min = Infinity;
+  let max = -Infinity;
+  for (let i = 0; i < n; i++) { if (c[i] < min) min = c[i]; if (c[i] > max) max = c[i]; }
+  const nodes = new Map();
+  for (let i = 0; i < n; i++) {
+    const a = PAD + rank[i] * (along + rankGap);
+    const b = PAD + c[i] - min;
+    nodes.set(keys[i], dir === "TB" ? { x: b, y: a } : { x: a, y: b });
+  }
+  const edges = new Map();
+  for (const [a, b] of pairs) edges.set(`${a}->${b}`, flowPath(nodes.get(a), nodes.get(b), dir));
+  const alongLen = ranks.length * along + Math.max(0, ranks.length - 1) * rankGap;
+  const acrossLen = n ? max - min + across : 0;
+  return { nodes, edges, dir, width: 2 * PAD + (dir === "TB" ? acrossLen : alongLen),
+    height: 2 * PAD + (dir === "TB" ? alongLen : acrossLen) };
+}
+
+// --- the view --------------------------------------------------------------------------------
 
 export class GraphView {
   constructor(container, { onSelect = () => {}, onOpen = () => {} } = {}) {
     this.container = container;
     this.onSelect = onSelect;
     this.onOpen = onOpen;
-    this.nodes = new Map(); // key -> {data, el, x, y}
-    this.edges = new Map(); // "a->b" -> {el, source, target, points}
+    this.nodes = new Map(); // key -> {data, el, x, y, sig, collapsed}
+    this.edges = new Map(); // "a->b" -> {el, source, target}
     this.structure = "";
     this.mode = "graph";
     this.selected = null;
     this.outlined = new Set();
     this.view = { k: 1, x: 0, y: 0 };
     this.size = { width: 0, height: 0 };
-    this.leaseSpans = new Map();
+    this.variants = new Map();
+    this.variant = null;
     this.userMoved = false;
+    this.covers = [];
+    this.succ = new Map();
+    this.pred = new Map();
 
     this.svg = svgEl("svg", { class: "graph-svg", role: "img", "aria-label": "Stage graph" });
     const defs = svgEl("defs");
@@ -66,6 +287,7 @@ export class GraphView {
     this.viewport.append(this.edgeLayer, this.nodeLayer);
     this.svg.append(defs, this.viewport);
     container.append(this.svg);
+    this.installMinimap();
     this.installPanZoom();
     this.installKeyboard();
     this.nodeLayer.addEventListener("click", (e) => {
@@ -80,15 +302,51 @@ export class GraphView {
     return this.mode === "graph" ? [e.source, e.target] : [e.source_action_id, e.target_action_id];
   }
 
-  /** Draw a Graph (API.md) snapshot. Returns {relayout, layout_ms, render_ms}. */
+  /** Elements drawn over the graph (the side panel): the view keeps its content out from under them. */
+  coverBy(...elements) { this.covers.push(...elements); }
+
+  /**
+   * The nodes to draw: a linear item's superseded attempts fold into the stage's next action
+   * (shown as a badge on it); a graph item's nodes are canonical actions already.
+   * Returns {shown: [node], folded: Map key -> [node], pairs: [[a, b]]}.
+   */
+  displayed(graph) {
+    const folded = new Map();
+    if (this.mode !== "linear") {
+      const keys = new Set(graph.nodes.map((n) => n.stage_id));
+      const pairs = [];
+      for (const e of graph.edges) if (keys.has(e.source) && keys.has(e.target) && e.source !== e.target) pairs.push([e.source, e.target]);
+      return { shown: graph.nodes, folded, pairs };
+    }
+    const later = new Map(); // stage -> key of its latest shown action
+    const shown = [];
+    for (let i = graph.nodes.length - 1; i >= 0; i--) {
+      const n = graph.nodes[i];
+      const into = later.get(n.stage_id);
+      if (n.status === "superseded" && into) {
+        if (!folded.has(into)) folded.set(into, []);
+        folded.get(into).push(n);
+        continue;
+      }
+      later.set(n.stage_id, n.id);
+      shown.push(n);
+    }
+    shown.reverse();
+    const pairs = [];
+    for (let i = 0; i + 1 < shown.length; i++) pairs.push([shown[i].id, shown[i + 1].id]);
+    return { shown, folded, pairs };
+  }
+
+  /** Draw a Graph (API.md) snapshot. Returns {relayout, layout_ms, render_ms, total_ms}. */
   setGraph(graph) {
     const t0 = performance.now();
     performance.mark("wc-graph-start");
     this.mode = graph.execution_mode === "linear" ? "linear" : "graph";
     this.graph = graph;
-    const keys = graph.nodes.map((n) => this.keyOf(n));
-    const edgeKeys = graph.edges.map((e) => this.edgeKeys(e).join("->"));
-    const structure = `${this.mode}|${keys.join(",")}|${edgeKeys.sort().join(",")}`;
+    const { shown, folded, pairs } = this.displayed(graph);
+    this.folded = folded;
+    const keys = shown.map((n) => this.keyOf(n));
+    const structure = `${this.mode}|${keys.join(",")}|${pairs.map((p) => p.join("->")).sort().join(",")}`;
     let layoutMs = 0;
     let relayout = false;
     if (structure !== this.structure) {
@@ -96,100 +354,164 @@ export class GraphView {
       // the first nodes drawn (also after an empty draft's graph) appear in place, without a glide
       const first = this.nodes.size === 0;
       this.structure = structure;
+      this.keys = keys;
+      this.pairs = pairs;
+      this.variants = new Map();
+      this.layering = null;
+      // the room is measured before the new nodes are in the document (reading it after would
+      // force a layout of every node inside this call)
+      const region = this.region();
       const tl = performance.now();
-      const positions = this.layout(graph);
+      const layout = this.pickLayout(region);
       layoutMs = performance.now() - tl;
       performance.mark("wc-graph-layout");
-      this.renderStructure(graph, positions, !first);
-      if (first || !this.userMoved) this.fit(!first);
+      this.lazy = shown.length > LARGE;
+      if (first || !this.userMoved) this.view = this.fitView(region, layout, {}) || this.view;
+      this.renderStructure(shown, layout, !first && shown.length <= LARGE);
+      if (first || !this.userMoved) this.fit({ animate: !first, region });
+      else this.fillVisible();
     } else {
-      for (const n of graph.nodes) {
+      for (const n of shown) {
         const entry = this.nodes.get(this.keyOf(n));
         if (entry) this.restyle(entry, n);
       }
     }
     this.highlightPaths();
     this.applyOutline();
+    this.minimapDirty = true;
+    this.drawMinimap();
     const total = performance.now() - t0;
     performance.mark("wc-graph-end");
     try { performance.measure("wc-graph", "wc-graph-start", "wc-graph-end"); } catch { /* marks cleared */ }
-    const timing = { nodes: graph.nodes.length, edges: graph.edges.length, relayout, layout_ms: layoutMs,
+    const timing = { nodes: shown.length, edges: pairs.length, relayout, layout_ms: layoutMs,
       render_ms: total - layoutMs, total_ms: total };
-    if (relayout) window.__wcGraphTiming = timing;
+    if (relayout) {
+      window.__wcGraphTiming = timing;
+      // when the browser has drawn the frame: style, layout and paint included
+      requestAnimationFrame(() => setTimeout(() => { timing.painted_ms = performance.now() - t0; }, 0));
+    }
     window.__wcGraphLastUpdate = timing;
     return timing;
   }
 
-  layout(graph) {
-    // dagre sizes an empty graph -Infinity: nothing to lay out, nothing to fit
-    if (!graph.nodes.length) return { nodes: new Map(), edges: new Map(), width: 0, height: 0 };
-    const large = graph.nodes.length > 100;
-    const g = new dagre.graphlib.Graph();
-    g.setGraph({ rankdir: "LR", nodesep: 18, ranksep: 60, edgesep: 8, marginx: 24, marginy: 24,
-      ranker: large ? "tight-tree" : "network-simplex" });
-    g.setDefaultEdgeLabel(() => ({}));
-    for (const n of graph.nodes) g.setNode(this.keyOf(n), { width: NODE_W, height: NODE_H });
-    for (const e of graph.edges) {
-      const [a, b] = this.edgeKeys(e);
-      if (g.hasNode(a) && g.hasNode(b) && a !== b) g.setEdge(a, b);
+  // --- layout choice ---------------------------------------------------------------------------
+
+  variantLayout(name) {
+    let layout = this.variants.get(name);
+    if (layout) return layout;
+    const [kind, arg] = name.split(":");
+    if (kind === "snake") layout = snakeLayout(this.keys, Number(arg));
+    else if (kind === "dagre") layout = dagreLayout(this.keys, this.pairs, arg);
+    else {
+      if (!this.layering) this.layering = layering(this.keys, this.pairs);
+      layout = fastLayout(this.keys, this.pairs, arg, this.layering);
     }
-    // large graphs skip the iterative crossing reduction: the initial order is already by sequence
-    dagre.layout(g, { disableOptimalOrderHeuristic: large });
-    const nodes = new Map();
-    for (const key of g.nodes()) { const p = g.node(key); nodes.set(key, { x: p.x - NODE_W / 2, y: p.y - NODE_H / 2 }); }
-    const edges = new Map();
-    for (const e of g.edges()) edges.set(`${e.v}->${e.w}`, g.edge(e).points);
-    const gg = g.graph();
-    const finite = (v) => (Number.isFinite(v) && v > 0 ? v : 0);
-    return { nodes, edges, width: finite(gg.width), height: finite(gg.height) };
+    layout.name = name;
+    this.variants.set(name, layout);
+    return layout;
   }
 
-  renderStructure(graph, positions, animate) {
-    this.size = { width: positions.width, height: positions.height };
+  /** The layout that shows the graph largest in the given room (ties: the wider reading). */
+  pickLayout(region) {
+    const n = this.keys.length;
+    if (!n) return { nodes: new Map(), edges: new Map(), width: 0, height: 0, dir: "LR", name: "empty" };
+    let names;
+    if (this.mode === "linear") {
+      names = [];
+      for (let cols = Math.min(n, 12); cols >= 1; cols--) names.push(`snake:${cols}`);
+    } else if (n > LARGE) names = ["fast:LR", "fast:TB"];
+    else names = ["dagre:LR", "dagre:TB"];
+    const w = Math.max(1, region.w);
+    const h = Math.max(1, region.h);
+    let best = null;
+    let bestScore = -1;
+    for (const name of names) {
+      // a wrapped chain needs no layout to be sized: skip those that cannot beat the best
+      const layout = this.variantLayout(name);
+      const score = Math.min(1, w / layout.width, h / layout.height);
+      if (score > bestScore + 0.02) { best = layout; bestScore = score; }
+    }
+    return best;
+  }
+
+  region() {
+    const r = this.container.getBoundingClientRect();
+    let right = r.width || 800;
+    for (const el of this.covers) {
+      if (!el || el.hidden) continue;
+      const p = el.getBoundingClientRect();
+      if (!p.width || p.left >= r.right || p.right <= r.left || p.top >= r.bottom || p.bottom <= r.top) continue;
+      right = Math.min(right, p.left - r.left - 8);
+    }
+    this.lastRegion = { w: Math.max(160, right), h: r.height || 500, cw: r.width || 800 };
+    return this.lastRegion;
+  }
+
+  renderStructure(shown, layout, animate) {
+    this.variant = layout;
+    this.size = { width: layout.width, height: layout.height };
     this.svg.classList.toggle("animate", animate);
     const seen = new Set();
     const fresh = [];
-    for (const n of graph.nodes) {
+    for (const n of shown) {
       const key = this.keyOf(n);
       seen.add(key);
-      const p = positions.nodes.get(key);
       let entry = this.nodes.get(key);
       if (!entry) {
-        const el = svgEl("g", { class: "node", "data-key": key });
-        entry = { el, data: null, sig: "" };
+        entry = { el: null, data: null, sig: "", key };
         this.nodes.set(key, entry);
-        fresh.push(el);
+        fresh.push(entry);
       }
+      const p = layout.nodes.get(key);
       entry.x = p.x;
       entry.y = p.y;
-      entry.el.style.transform = `translate(${p.x}px,${p.y}px)`;
-      this.restyle(entry, n);
+      entry.collapsed = this.folded.get(key) || [];
+      if (entry.el) {
+        entry.el.style.transform = `translate(${p.x}px,${p.y}px)`;
+        this.restyle(entry, n);
+      } else {
+        entry.data = n;
+      }
     }
     for (const [key, entry] of this.nodes) {
       if (!seen.has(key)) { entry.el.remove(); this.nodes.delete(key); if (this.selected === key) this.selected = null; }
     }
     if (fresh.length) {
+      // one parse for every new node (a 1,000-stage graph is one innerHTML, not a thousand)
+      const now = Date.now();
+      const holder = svgEl("g");
+      const near = this.nearView();
+      holder.innerHTML = fresh.map((entry) => this.nodeMarkup(entry, entry.data, now, animate, near(entry))).join("");
+      const els = [...holder.children];
+      // placed through the CSSOM (the page's Content-Security-Policy refuses style attributes)
+      fresh.forEach((entry, i) => {
+        entry.el = els[i];
+        entry.el.style.transform = `translate(${entry.x}px,${entry.y}px)`;
+        this.bindEntry(entry);
+      });
       const frag = document.createDocumentFragment();
-      for (const el of fresh) { if (animate) el.classList.add("entering"); frag.append(el); }
+      frag.append(...els);
       this.nodeLayer.append(frag);
-      if (animate) requestAnimationFrame(() => requestAnimationFrame(() => fresh.forEach((el) => el.classList.remove("entering"))));
+      if (animate) requestAnimationFrame(() => requestAnimationFrame(() => fresh.forEach((e) => e.el.classList.remove("entering"))));
     }
     // edges
-    const seenEdges = new Set();
-    const frag = document.createDocumentFragment();
-    for (const [key, points] of positions.edges) {
-      seenEdges.add(key);
+    const freshEdges = [];
+    for (const [key, d] of layout.edges) {
+      const entry = this.edges.get(key);
+      if (entry) { entry.el.setAttribute("d", d); continue; }
       const [source, target] = key.split("->");
-      let entry = this.edges.get(key);
-      if (!entry) {
-        entry = { el: svgEl("path", { class: "edge", "marker-end": "url(#wc-arrow)" }), source, target };
-        this.edges.set(key, entry);
-        frag.append(entry.el);
-      }
-      entry.el.setAttribute("d", edgePath(points));
+      freshEdges.push({ key, source, target, d });
     }
-    this.edgeLayer.append(frag);
-    for (const [key, entry] of this.edges) if (!seenEdges.has(key)) { entry.el.remove(); this.edges.delete(key); }
+    for (const [key, entry] of this.edges) if (!layout.edges.has(key)) { entry.el.remove(); this.edges.delete(key); }
+    if (freshEdges.length) {
+      const holder = svgEl("g");
+      holder.innerHTML = freshEdges.map((e) => `<path class="edge" marker-end="url(#wc-arrow)" d="${e.d}"/>`).join("");
+      const els = [...holder.children];
+      freshEdges.forEach((e, i) => this.edges.set(e.key, { el: els[i], source: e.source, target: e.target }));
+      const frag = document.createDocumentFragment();
+      frag.append(...els);
+      this.edgeLayer.append(frag);
+    }
     this.succ = new Map();
     this.pred = new Map();
     for (const e of this.edges.values()) {
@@ -200,75 +522,214 @@ export class GraphView {
     }
   }
 
+  /** Move the drawn nodes and edges to another layout of the same structure. */
+  applyLayout(layout, animate) {
+    if (layout === this.variant) return;
+    this.variant = layout;
+    this.size = { width: layout.width, height: layout.height };
+    this.svg.classList.toggle("animate", animate && this.nodes.size <= LARGE);
+    for (const [key, entry] of this.nodes) {
+      const p = layout.nodes.get(key);
+      if (!p) continue;
+      entry.x = p.x;
+      entry.y = p.y;
+      entry.el.style.transform = `translate(${p.x}px,${p.y}px)`;
+    }
+    for (const [key, entry] of this.edges) { const d = layout.edges.get(key); if (d) entry.el.setAttribute("d", d); }
+    this.minimapDirty = true;
+  }
+
+  // --- nodes -----------------------------------------------------------------------------------
+
+  signature(entry, n) {
+    const lease = n.lease;
+    const run = n.run;
+    return [n.id, n.status, n.name, n.type, n.attempt, n.max_attempts, n.workspace_mode,
+      lease ? `${lease.owner_boot_id}|${lease.lease_epoch}|${lease.expires_at}|${lease.renewed_at}` : "",
+      run ? `${run.id}|${run.status}|${run.started_at}|${run.ended_at}` : "",
+      (n.blocked_by || []).join("|"), (entry.collapsed || []).length].join("§");
+  }
+
+  /** The lease's liveness: {stale, silentMs, remaining, span}, or null without a lease. */
+  liveness(lease, now) {
+    if (!lease) return null;
+    const expires = Date.parse(lease.expires_at);
+    const renewed = Date.parse(lease.renewed_at || lease.expires_at);
+    const span = Math.max(1, expires - renewed);
+    const silentMs = Math.max(0, now - renewed);
+    return { stale: silentMs > span / 2, silentMs, remaining: Math.max(0, expires - now), span };
+  }
+
+  extraLine(n, live) {
+    if (live) {
+      if (live.stale) return { cls: "node-extra node-hb", text: `⚠ no heartbeat for ${formatDuration(live.silentMs)}` };
+      return { cls: "node-extra", text: `${shortId(n.lease.owner_boot_id, 6)} e${n.lease.lease_epoch}` };
+    }
+    if ((n.blocked_by || []).length) return { cls: "node-extra node-why", text: clip(n.blocked_by[0], 30) };
+    return null;
+  }
+
+  durationText(n, now) {
+    return n.run && n.run.started_at ? formatDuration(runDurationMs(n.run, now)) : "";
+  }
+
+  nodeInner(entry, n, now) {
+    const lease = n.lease;
+    const live = this.liveness(lease, now);
+    const label = STATUS_LABEL[n.status] || n.status;
+    const attempt = `${n.attempt}/${n.max_attempts}`;
+    const mode = MODE_MARK[n.workspace_mode] || n.workspace_mode;
+    const folded = entry.collapsed || [];
+    const tip = [`${n.name} (${n.type})`, `status: ${label}`, `attempt ${attempt}`, `workspace: ${n.workspace_mode}`];
+    if (n.run) {
+      tip.push(`${n.run.ended_at ? "last run" : "running for"}: ${formatDuration(runDurationMs(n.run, now))}`
+        + ` (started ${new Date(n.run.started_at).toLocaleTimeString()}${n.run.ended_at ? `, ended ${new Date(n.run.ended_at).toLocaleTimeString()}` : ""})`);
+    }
+    if (lease) {
+      tip.push(`lease: worker ${lease.owner_boot_id}, epoch ${lease.lease_epoch}, expires ${new Date(lease.expires_at).toLocaleTimeString()}`
+        + `, renewed ${new Date(lease.renewed_at).toLocaleTimeString()}`);
+    }
+    if (folded.length) tip.push(`${folded.length} superseded attempt${folded.length > 1 ? "s" : ""} before this one`);
+    if ((n.blocked_by || []).length) tip.push("blocked by:", ...n.blocked_by.map((b) => `• ${b}`));
+    const right = [];
+    let used = 0;
+    if (lease) {
+      right.push(`<g class="ring" transform="translate(${NODE_W - 17},17)"><circle class="ring-bg" r="${RING_R}"/>`
+        + `<circle class="ring-fg" r="${RING_R}" stroke-dasharray="${RING_C.toFixed(2)}" stroke-dashoffset="${(RING_C * (1 - Math.min(1, live.remaining / live.span))).toFixed(2)}" transform="rotate(-90)"/></g>`);
+      used += 30;
+    }
+    if (folded.length) {
+      const w = 34;
+      right.push(`<g class="node-badge" transform="translate(${NODE_W - 10 - used - w},6)"><rect width="${w}" height="20" rx="10"/>`
+        + `<text x="${w / 2}" y="15" text-anchor="middle">↻${folded.length}</text></g>`);
+      used += w + 6;
+    }
+    const nameChars = Math.floor((NODE_W - 24 - used) / 8.6);
+    const dur = this.durationText(n, now);
+    const extra = this.extraLine(n, live);
+    return `<title>${esc(tip.join("\n"))}</title>`
+      + `<rect class="node-box" width="${NODE_W}" height="${NODE_H}" rx="8"/>`
+      + `<rect class="node-stripe" width="4" height="${NODE_H - 14}" x="0" y="7" rx="2"/>`
+      + `<text class="node-name" x="14" y="23">${esc(clip(n.name, nameChars))}</text>`
+      + `<text class="node-sub" x="14" y="42">${esc(clip(n.type, 12))} · ${attempt} · <tspan class="mode" data-mode="${esc(n.workspace_mode)}">${esc(mode)}</tspan></text>`
+      + `<text class="node-status" x="14" y="60">${esc(STATUS_ICON[n.status] || "•")} ${esc(label)}`
+      + `${dur ? ` · <tspan class="node-dur">${esc(dur)}</tspan>` : ""}</text>`
+      + (extra ? `<text class="${extra.cls}" x="14" y="77">${esc(extra.text)}</text>` : "")
+      + right.join("");
+  }
+
+  nodeClasses(entry, n, now) {
+    const live = this.liveness(n.lease, now);
+    const cls = ["node"];
+    if ((n.blocked_by || []).length) cls.push("blocked");
+    if (live && live.remaining === 0) cls.push("lease-expired");
+    if (live && live.stale) cls.push("hb-stale");
+    if ((entry.collapsed || []).length) cls.push("folded");
+    return cls;
+  }
+
+  /** A large graph draws only the box of a node far from the view; its text comes when it nears it. */
+  liteInner() {
+    return `<rect class="node-box" width="${NODE_W}" height="${NODE_H}" rx="8"/>`
+      + `<rect class="node-stripe" width="4" height="${NODE_H - 14}" x="0" y="7" rx="2"/>`;
+  }
+
+  nodeMarkup(entry, n, now, entering, full = true) {
+    entry.sig = this.signature(entry, n);
+    entry.full = full;
+    const cls = this.nodeClasses(entry, n, now);
+    if (entering) cls.push("entering");
+    return `<g class="${cls.join(" ")}" data-key="${esc(entry.key)}" data-status="${esc(n.status)}" data-id="${esc(n.id)}"`
+      + ` data-stage="${esc(n.stage_id)}" role="button" aria-label="${esc(`${n.name}: ${STATUS_LABEL[n.status] || n.status}`)}"`
+      + `>${full ? this.nodeInner(entry, n, now) : this.liteInner()}</g>`;
+  }
+
+  bindEntry(entry) {
+    const el = entry.el;
+    if (!entry.full) { entry.dur = entry.extra = entry.ring = null; entry.live = false; return; }
+    entry.dur = el.querySelector(".node-dur");
+    entry.extra = el.querySelector(".node-extra");
+    entry.ring = el.querySelector(".ring-fg");
+    entry.live = !!(entry.data && (entry.data.lease || (entry.data.run && !entry.data.run.ended_at)));
+  }
+
   /** Re-draw one node's content only when something it shows changed. */
   restyle(entry, n) {
-    const lease = n.lease;
-    const sig = [n.id, n.status, n.name, n.type, n.attempt, n.max_attempts, n.workspace_mode,
-      lease ? `${lease.owner_boot_id}|${lease.lease_epoch}|${lease.expires_at}` : "", (n.blocked_by || []).join("|")].join("§");
+    const sig = this.signature(entry, n);
     entry.data = n;
     if (entry.sig === sig) return false;
     entry.sig = sig;
     const el = entry.el;
+    const now = Date.now();
+    const keep = ["on-path", "selected", "outlined", "entering"].filter((c) => el.classList.contains(c));
+    el.setAttribute("class", [...this.nodeClasses(entry, n, now), ...keep].join(" "));
     el.dataset.status = n.status;
     el.dataset.id = n.id;
     el.dataset.stage = n.stage_id;
-    el.classList.toggle("blocked", (n.blocked_by || []).length > 0);
-    el.setAttribute("role", "button");
     el.setAttribute("aria-label", `${n.name}: ${STATUS_LABEL[n.status] || n.status}`);
-    const icon = STATUS_ICON[n.status] || "•";
-    const attempt = `${n.attempt}/${n.max_attempts}`;
-    const mode = MODE_MARK[n.workspace_mode] || n.workspace_mode;
-    let statusLine = `${icon} ${STATUS_LABEL[n.status] || n.status}`;
-    let ring = "";
-    if (lease) {
-      statusLine += ` · ${shortId(lease.owner_boot_id, 6)} e${lease.lease_epoch}`;
-      ring = `<g class="ring" transform="translate(${NODE_W - 16},16)"><circle class="ring-bg" r="${RING_R}"/>`
-        + `<circle class="ring-fg" r="${RING_R}" stroke-dasharray="${RING_C.toFixed(2)}" stroke-dashoffset="0" transform="rotate(-90)"/></g>`;
-    }
-    const tip = [`${n.name} (${n.type})`, `status: ${STATUS_LABEL[n.status] || n.status}`, `attempt ${attempt}`, `workspace: ${n.workspace_mode}`];
-    if (lease) tip.push(`lease: worker ${lease.owner_boot_id}, epoch ${lease.lease_epoch}, expires ${new Date(lease.expires_at).toLocaleTimeString()}`);
-    if ((n.blocked_by || []).length) tip.push("blocked by:", ...n.blocked_by.map((b) => `• ${b}`));
-    el.innerHTML = `<title>${esc(tip.join("\n"))}</title>`
-      + `<rect class="node-box" width="${NODE_W}" height="${NODE_H}" rx="7"/>`
-      + `<rect class="node-stripe" width="4" height="${NODE_H - 12}" x="0" y="6" rx="2"/>`
-      + `<text class="node-name" x="14" y="21">${esc(clip(n.name, lease ? 19 : 22))}</text>`
-      + `<text class="node-sub" x="14" y="38">${esc(clip(n.type, 12))} · ${attempt} · <tspan class="mode" data-mode="${esc(n.workspace_mode)}">${esc(mode)}</tspan></text>`
-      + `<text class="node-status" x="14" y="55">${esc(statusLine)}${(n.blocked_by || []).length ? " · blocked" : ""}</text>`
-      + ring;
-    if (lease) this.updateRing(entry);
+    if (entry.full) el.innerHTML = this.nodeInner(entry, n, now);
+    this.bindEntry(entry);
+    this.minimapDirty = true;
     return true;
   }
 
-  updateRing(entry, now = Date.now()) {
-    const lease = entry.data && entry.data.lease;
-    const ring = entry.el.querySelector(".ring-fg");
-    if (!lease || !ring) return;
-    const key = `${lease.run_id}|${lease.lease_epoch}|${lease.expires_at}`;
-    const remaining = Math.max(0, Date.parse(lease.expires_at) - now);
-    let span = this.leaseSpans.get(key);
-    if (!span) { span = Math.max(remaining, 1000); this.leaseSpans.set(key, span); }
-    const frac = Math.max(0, Math.min(1, remaining / span));
-    ring.setAttribute("stroke-dashoffset", (RING_C * (1 - frac)).toFixed(2));
-    entry.el.classList.toggle("lease-expired", remaining === 0);
+  /** Once a second: running durations, heartbeat warnings and lease rings. */
+  tick(now = Date.now()) {
+    for (const entry of this.nodes.values()) {
+      if (!entry.live) continue;
+      const n = entry.data;
+      if (entry.dur) { const t = this.durationText(n, now); if (entry.dur.textContent !== t) entry.dur.textContent = t; }
+      const live = this.liveness(n.lease, now);
+      if (!live) continue;
+      const extra = this.extraLine(n, live);
+      if (extra && entry.extra) {
+        if (entry.extra.textContent !== extra.text) entry.extra.textContent = extra.text;
+        if (entry.extra.getAttribute("class") !== extra.cls) entry.extra.setAttribute("class", extra.cls);
+      }
+      entry.el.classList.toggle("hb-stale", live.stale);
+      entry.el.classList.toggle("lease-expired", live.remaining === 0);
+      if (entry.ring) entry.ring.setAttribute("stroke-dashoffset", (RING_C * (1 - Math.min(1, live.remaining / live.span))).toFixed(2));
+    }
   }
 
-  tick() {
-    const now = Date.now();
-    for (const entry of this.nodes.values()) if (entry.data && entry.data.lease) this.updateRing(entry, now);
-  }
-
-  /** Outline the failed/waiting nodes and every path from the root that leads to them. */
+  /**
+   * Outline each failed/waiting node and the dependency path that led to it: from the node back to
+   * the root, at each step the dependency that finished last (the one it actually waited for; by
+   * sequence when no run ended). Other ancestors and unrelated branches stay plain.
+   */
   highlightPaths() {
     const onPath = new Set();
-    const stack = [];
-    for (const [key, entry] of this.nodes) if (entry.data && HIGHLIGHT.has(entry.data.status)) { onPath.add(key); stack.push(key); }
-    while (stack.length) {
-      const k = stack.pop();
-      for (const p of (this.pred && this.pred.get(k)) || []) if (!onPath.has(p)) { onPath.add(p); stack.push(p); }
+    const edgeOn = new Set();
+    const finished = (key) => {
+      const d = this.nodes.get(key)?.data;
+      const t = d && d.run ? Date.parse(d.run.ended_at || d.run.started_at) : NaN;
+      return Number.isFinite(t) ? t : -Infinity;
+    };
+    for (const [key, entry] of this.nodes) {
+      if (!entry.data || !HIGHLIGHT.has(entry.data.status)) continue;
+      let cur = key;
+      onPath.add(cur);
+      for (;;) {
+        const preds = this.pred.get(cur) || [];
+        if (!preds.length) break;
+        let best = preds[0];
+        for (const p of preds) {
+          const a = finished(p);
+          const b = finished(best);
+          if (a > b || (a === b && (this.nodes.get(p)?.data?.sequence || 0) > (this.nodes.get(best)?.data?.sequence || 0))) best = p;
+        }
+        edgeOn.add(`${best}->${cur}`);
+        if (onPath.has(best)) break;
+        onPath.add(best);
+        cur = best;
+      }
     }
-    for (const [key, entry] of this.nodes) entry.el.classList.toggle("on-path", onPath.has(key));
-    for (const e of this.edges.values()) {
-      const hl = onPath.has(e.source) && onPath.has(e.target);
+    for (const [key, entry] of this.nodes) {
+      const on = onPath.has(key);
+      if (entry.el.classList.contains("on-path") !== on) entry.el.classList.toggle("on-path", on);
+    }
+    for (const [key, e] of this.edges) {
+      const hl = edgeOn.has(key);
       if (e.el.classList.contains("on-path") !== hl) {
         e.el.classList.toggle("on-path", hl);
         e.el.setAttribute("marker-end", hl ? "url(#wc-arrow-hl)" : "url(#wc-arrow)");
@@ -283,12 +744,18 @@ export class GraphView {
   }
 
   applyOutline() {
-    for (const entry of this.nodes.values()) entry.el.classList.toggle("outlined", !!entry.data && this.outlined.has(entry.data.id));
+    for (const entry of this.nodes.values()) {
+      const on = !!entry.data && this.outlined.has(entry.data.id);
+      if (entry.el.classList.contains("outlined") !== on) entry.el.classList.toggle("outlined", on);
+    }
     this.svg.classList.toggle("has-outline", this.outlined.size > 0);
   }
 
   nodeByActionId(id) {
-    for (const entry of this.nodes.values()) if (entry.data && entry.data.id === id) return entry.data;
+    for (const entry of this.nodes.values()) {
+      if (entry.data && entry.data.id === id) return entry.data;
+      for (const f of entry.collapsed || []) if (f.id === id) return f;
+    }
     return null;
   }
 
@@ -316,33 +783,36 @@ export class GraphView {
       if (!["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown", "Enter", "Home", "+", "=", "-", "0"].includes(e.key)) return;
       if (e.key === "+" || e.key === "=") { this.zoomBy(1.2); e.preventDefault(); return; }
       if (e.key === "-") { this.zoomBy(1 / 1.2); e.preventDefault(); return; }
-      if (e.key === "0") { this.fit(true); e.preventDefault(); return; }
+      if (e.key === "0") { this.fit({ animate: true, all: true }); e.preventDefault(); return; }
       e.preventDefault();
       if (!this.nodes.size) return;
       if (!this.selected || e.key === "Home") {
-        const first = [...this.nodes.entries()].sort((a, b) => a[1].x - b[1].x || a[1].y - b[1].y)[0][0];
-        this.select(first);
+        this.select(this.keys && this.keys.length ? this.keys[0] : this.nodes.keys().next().value);
         return;
       }
       if (e.key === "Enter") { this.select(this.selected, { open: true }); return; }
       const cur = this.nodes.get(this.selected);
-      let candidates;
-      if (e.key === "ArrowRight") candidates = (this.succ.get(this.selected) || []);
-      else if (e.key === "ArrowLeft") candidates = (this.pred.get(this.selected) || []);
-      else {
-        const down = e.key === "ArrowDown";
+      const tb = this.variant && this.variant.dir === "TB" && !this.variant.snake;
+      const snake = this.variant && this.variant.snake;
+      const forward = snake ? ["ArrowRight", "ArrowDown"] : [tb ? "ArrowDown" : "ArrowRight"];
+      const backward = snake ? ["ArrowLeft", "ArrowUp"] : [tb ? "ArrowUp" : "ArrowLeft"];
+      let candidates = [];
+      if (forward.includes(e.key)) candidates = this.succ.get(this.selected) || [];
+      else if (backward.includes(e.key)) candidates = this.pred.get(this.selected) || [];
+      const dx = { ArrowLeft: -1, ArrowRight: 1 }[e.key] || 0;
+      const dy = { ArrowUp: -1, ArrowDown: 1 }[e.key] || 0;
+      if (!candidates.length) {
+        // no edge that way: the nearest node on screen in that direction
         candidates = [...this.nodes.keys()].filter((k) => {
           const o = this.nodes.get(k);
-          return k !== this.selected && Math.abs(o.x - cur.x) < NODE_W / 2 && (down ? o.y > cur.y : o.y < cur.y);
+          return k !== this.selected && (dx ? (o.x - cur.x) * dx > 1 : (o.y - cur.y) * dy > 1);
         });
       }
-      if (!candidates.length && (e.key === "ArrowRight" || e.key === "ArrowLeft")) {
-        // no edge that way: the nearest node in the next column
-        const right = e.key === "ArrowRight";
-        candidates = [...this.nodes.keys()].filter((k) => (right ? this.nodes.get(k).x > cur.x + 1 : this.nodes.get(k).x < cur.x - 1));
-      }
       if (!candidates.length) return;
-      const dist = (k) => { const o = this.nodes.get(k); return Math.abs(o.x - cur.x) * 0.5 + Math.abs(o.y - cur.y); };
+      const dist = (k) => {
+        const o = this.nodes.get(k);
+        return dx ? Math.abs(o.x - cur.x) * 0.5 + Math.abs(o.y - cur.y) : Math.abs(o.y - cur.y) * 0.5 + Math.abs(o.x - cur.x);
+      };
       candidates.sort((a, b) => dist(a) - dist(b));
       this.select(candidates[0]);
     });
@@ -354,26 +824,100 @@ export class GraphView {
     const { k, x, y } = this.view;
     this.viewport.setAttribute("transform", `translate(${x.toFixed(1)},${y.toFixed(1)}) scale(${k.toFixed(4)})`);
     this.svg.style.setProperty("--zoom", k.toFixed(3));
+    // text smaller than ~5 px is noise: far out, nodes are drawn as coloured boxes only
+    this.svg.classList.toggle("far", k < 0.4);
+    this.drawMinimap();
+    if (this.lazy) this.scheduleFill();
   }
 
-  fit(animate = false) {
-    const rect = this.container.getBoundingClientRect();
-    const w = rect.width || 800;
-    const hgt = rect.height || 500;
-    const { width, height } = this.size;
-    if (!(width > 0 && height > 0 && Number.isFinite(width) && Number.isFinite(height))) return;
-    const k = Math.max(0.05, Math.min(1.2, Math.min((w - 32) / width, (hgt - 32) / height)));
-    this.view = { k, x: (w - width * k) / 2, y: (hgt - height * k) / 2 };
-    this.viewport.classList.toggle("glide", animate);
+  /** A test for "near the view" (within a screen of it): the nodes of a large graph drawn in full. */
+  nearView() {
+    if (!this.lazy) return () => true;
+    const { k, x, y } = this.view;
+    if (k < 0.4) return () => false; // far out: boxes only
+    const w = this.lastRegion ? this.lastRegion.cw : 1200;
+    const h = this.lastRegion ? this.lastRegion.h : 800;
+    const x0 = (-x - w) / k;
+    const x1 = (-x + 2 * w) / k;
+    const y0 = (-y - h) / k;
+    const y1 = (-y + 2 * h) / k;
+    return (e) => e.x + NODE_W >= x0 && e.x <= x1 && e.y + NODE_H >= y0 && e.y <= y1;
+  }
+
+  scheduleFill() {
+    if (this.fillFrame) return;
+    this.fillFrame = requestAnimationFrame(() => { this.fillFrame = 0; this.fillVisible(); });
+  }
+
+  fillVisible() {
+    if (!this.lazy) return;
+    const near = this.nearView();
+    const now = Date.now();
+    for (const entry of this.nodes.values()) {
+      if (entry.full || !entry.el || !near(entry)) continue;
+      entry.full = true;
+      entry.el.innerHTML = this.nodeInner(entry, entry.data, now);
+      this.bindEntry(entry);
+    }
+  }
+
+  /** Where the automatic view looks when the graph is larger than its room: the selected stage,
+   *  else the first failed or waiting one, else the first needing attention or running, else the first. */
+  focusPoint(layout) {
+    if (this.selected && layout.nodes.has(this.selected)) return layout.nodes.get(this.selected);
+    const nodes = this.graph ? this.graph.nodes : [];
+    for (const statuses of [HIGHLIGHT, new Set(["needs_attention", "running"])]) {
+      for (const n of nodes) if (statuses.has(n.status) && layout.nodes.has(this.keyOf(n))) return layout.nodes.get(this.keyOf(n));
+    }
+    return null; // nothing stands out: the view starts at the graph's beginning (top left)
+  }
+
+  fit(options = {}) {
+    const { animate = false, all = false, region: given } = typeof options === "boolean" ? { animate: options } : options;
+    if (!given && !this.container.getBoundingClientRect().width) return; // hidden (the timeline tab): refit when shown
+    const region = given || this.region();
+    if (this.keys && this.keys.length && this.variant && this.variant.name !== "empty") {
+      this.applyLayout(this.pickLayout(region), animate);
+    }
+    const view = this.fitView(region, this.variant, { all });
+    if (!view) return;
+    this.view = view;
+    this.viewport.classList.toggle("glide", animate && this.nodes.size <= LARGE);
     this.applyView();
     this.userMoved = false;
   }
 
+  /**
+   * The automatic view (and Fit): the largest zoom up to 1 that shows the whole graph in the room
+   * no panel covers, but never below the legible zoom; a graph still too large is panned to its
+   * focus. `all` (the Fit button) shows a graph of more than FIT_ALL_FROM stages whole at any zoom.
+   */
+  fitView(region, layout, { all = false }) {
+    const width = layout ? layout.width : 0;
+    const height = layout ? layout.height : 0;
+    if (!(width > 0 && height > 0 && Number.isFinite(width) && Number.isFinite(height))) return null;
+    const whole = Math.min(1, region.w / width, region.h / height);
+    const count = layout.nodes.size;
+    const k = all && count > FIT_ALL_FROM ? Math.max(0.01, whole) : Math.max(whole, LEGIBLE_ZOOM);
+    let x = (region.w - width * k) / 2;
+    let y = (region.h - height * k) / 2;
+    const focus = this.focusPoint(layout);
+    if (width * k > region.w + 0.5) {
+      x = focus ? region.w / 2 - (focus.x + NODE_W / 2) * k : 0;
+      x = Math.min(0, Math.max(region.w - width * k, x));
+    }
+    if (height * k > region.h + 0.5) {
+      y = focus ? region.h / 2 - (focus.y + NODE_H / 2) * k : 0;
+      y = Math.min(0, Math.max(region.h - height * k, y));
+    }
+    return { k, x, y };
+  }
+
   zoomBy(factor, cx, cy) {
-    const rect = this.container.getBoundingClientRect();
-    cx = cx ?? rect.width / 2;
-    cy = cy ?? rect.height / 2;
-    const k = Math.max(0.05, Math.min(3, this.view.k * factor));
+    const region = this.region();
+    cx = cx ?? region.w / 2;
+    cy = cy ?? region.h / 2;
+    const k = Math.max(0.01, Math.min(2, this.view.k * factor));
     const f = k / this.view.k;
     this.view = { k, x: cx - (cx - this.view.x) * f, y: cy - (cy - this.view.y) * f };
     this.viewport.classList.remove("glide");
@@ -381,17 +925,30 @@ export class GraphView {
     this.userMoved = true;
   }
 
+  /** Pan (never zoom) so that the node is inside the room no panel covers. */
   ensureVisible(entry) {
-    const rect = this.container.getBoundingClientRect();
+    if (!entry) return;
+    const region = this.region();
     const { k, x, y } = this.view;
     const sx = entry.x * k + x;
     const sy = entry.y * k + y;
-    const pad = 24;
+    const pad = 16;
     let dx = 0;
     let dy = 0;
-    if (sx < pad) dx = pad - sx; else if (sx + NODE_W * k > rect.width - pad) dx = rect.width - pad - (sx + NODE_W * k);
-    if (sy < pad) dy = pad - sy; else if (sy + NODE_H * k > rect.height - pad) dy = rect.height - pad - (sy + NODE_H * k);
-    if (dx || dy) { this.view = { k, x: x + dx, y: y + dy }; this.viewport.classList.add("glide"); this.applyView(); }
+    if (sx < pad) dx = pad - sx; else if (sx + NODE_W * k > region.w - pad) dx = region.w - pad - (sx + NODE_W * k);
+    if (sy < pad) dy = pad - sy; else if (sy + NODE_H * k > region.h - pad) dy = region.h - pad - (sy + NODE_H * k);
+    if (dx || dy) {
+      this.view = { k, x: x + dx, y: y + dy };
+      this.viewport.classList.toggle("glide", this.nodes.size <= LARGE);
+      this.applyView();
+    }
+  }
+
+  /** The room changed (panel opened or closed, window resized): refit, or keep the selection in sight. */
+  roomChanged() {
+    if (!this.userMoved) this.fit();
+    else if (this.selected) this.ensureVisible(this.nodes.get(this.selected));
+    this.drawMinimap();
   }
 
   installPanZoom() {
@@ -417,5 +974,97 @@ export class GraphView {
     const end = (e) => { if (drag && e.pointerId === drag.id) { drag = null; this.svg.classList.remove("panning"); } };
     this.svg.addEventListener("pointerup", end);
     this.svg.addEventListener("pointercancel", end);
+  }
+
+  // --- minimap ---------------------------------------------------------------------------------
+
+  installMinimap() {
+    this.minimap = document.createElement("canvas");
+    this.minimap.className = "minimap";
+    this.minimap.hidden = true;
+    this.minimap.setAttribute("aria-hidden", "true");
+    this.minimap.title = "Overview: click or drag to move the view";
+    this.container.append(this.minimap);
+    this.minimapDirty = true;
+    let dragging = null;
+    const moveTo = (e) => {
+      const r = this.minimap.getBoundingClientRect();
+      const m = this.minimapScale;
+      if (!m) return;
+      const gx = (e.clientX - r.left) / m;
+      const gy = (e.clientY - r.top) / m;
+      const region = this.region();
+      const { k } = this.view;
+      this.view = { k, x: region.w / 2 - gx * k, y: region.h / 2 - gy * k };
+      this.viewport.classList.remove("glide");
+      this.applyView();
+      this.userMoved = true;
+    };
+    this.minimap.addEventListener("pointerdown", (e) => {
+      if (e.button !== 0) return;
+      e.preventDefault();
+      e.stopPropagation();
+      dragging = e.pointerId;
+      this.minimap.setPointerCapture(e.pointerId);
+      moveTo(e);
+    });
+    this.minimap.addEventListener("pointermove", (e) => { if (dragging === e.pointerId) moveTo(e); });
+    const end = (e) => { if (dragging === e.pointerId) dragging = null; };
+    this.minimap.addEventListener("pointerup", end);
+    this.minimap.addEventListener("pointercancel", end);
+    this.minimap.addEventListener("wheel", (e) => e.stopPropagation());
+  }
+
+  drawMinimap() {
+    if (this.minimapFrame) return;
+    this.minimapFrame = requestAnimationFrame(() => { this.minimapFrame = 0; this.paintMinimap(); });
+  }
+
+  paintMinimap() {
+    const { width, height } = this.size;
+    const region = this.region();
+    const { k, x, y } = this.view;
+    const shown = width > 0 && height > 0 && this.nodes.size > FIT_ALL_FROM
+      && (width * k > region.w + 1 || height * k > region.h + 1 || x < -1 || y < -1
+        || x + width * k > region.w + 1 || y + height * k > region.h + 1);
+    this.minimap.hidden = !shown;
+    if (!shown) return;
+    const m = Math.min(MINIMAP_W / width, MINIMAP_H / height);
+    this.minimapScale = m;
+    const cw = Math.max(24, Math.round(width * m));
+    const ch = Math.max(16, Math.round(height * m));
+    const dpr = window.devicePixelRatio || 1;
+    if (this.minimap.width !== cw * dpr || this.minimap.height !== ch * dpr) {
+      this.minimap.width = cw * dpr;
+      this.minimap.height = ch * dpr;
+      this.minimap.style.width = `${cw}px`;
+      this.minimap.style.height = `${ch}px`;
+      this.minimapDirty = true;
+    }
+    if (this.minimapDirty || !this.minimapBase) {
+      this.minimapDirty = false;
+      const base = this.minimapBase || document.createElement("canvas");
+      base.width = this.minimap.width;
+      base.height = this.minimap.height;
+      const ctx = base.getContext("2d");
+      ctx.setTransform(dpr * m, 0, 0, dpr * m, 0, 0);
+      const css = getComputedStyle(this.container);
+      const colour = {};
+      for (const entry of this.nodes.values()) {
+        const st = entry.data ? entry.data.status : "ready";
+        if (!(st in colour)) colour[st] = getComputedStyle(entry.el).getPropertyValue("--st").trim() || css.color;
+        ctx.fillStyle = colour[st];
+        ctx.fillRect(entry.x, entry.y, NODE_W, NODE_H);
+      }
+      this.minimapBase = base;
+    }
+    const ctx = this.minimap.getContext("2d");
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.clearRect(0, 0, this.minimap.width, this.minimap.height);
+    ctx.drawImage(this.minimapBase, 0, 0);
+    ctx.setTransform(dpr * m, 0, 0, dpr * m, 0, 0);
+    ctx.strokeStyle = getComputedStyle(this.minimap).color || "#2563eb";
+    ctx.lineWidth = 2 / m;
+    ctx.strokeRect(-x / k, -y / k, region.w / k, region.h / k);
   }
 }

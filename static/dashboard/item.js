@@ -105,11 +105,18 @@ refreshers.detail = refreshDetail;
 
 // --- zoom ----------------------------------------------------------------------------------------
 
-$("fit").addEventListener("click", () => graphView.fit(true));
+// Fit shows the whole graph (a large one even below the legible zoom); the automatic view keeps
+// text legible and pans to what matters
+$("fit").addEventListener("click", () => graphView.fit({ animate: true, all: true }));
 $("zoom-in").addEventListener("click", () => graphView.zoomBy(1.2));
 $("zoom-out").addEventListener("click", () => graphView.zoomBy(1 / 1.2));
-// the panel opening, closing or the window resizing changes the graph's room: refit unless the user panned
-new ResizeObserver(coalesce(() => { if (!graphView.userMoved) graphView.fit(false); })).observe($("graph"));
+// the side panel opens over the graph's right side: the view keeps its content out from under it
+graphView.coverBy($("panel"));
+// the panel opening, closing or the window resizing changes the graph's room: refit unless the
+// user panned (then only the selected stage is kept in sight)
+const roomObserver = new ResizeObserver(coalesce(() => graphView.roomChanged()));
+roomObserver.observe($("graph"));
+roomObserver.observe($("panel"));
 
 // --- live ----------------------------------------------------------------------------------------
 
