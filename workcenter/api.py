@@ -47,6 +47,7 @@ from .schemas import (
     ReservationIn,
     ReservationOut,
     RetryIn,
+    RetryPreviewQuery,
     RetryPreviewOut,
     RunResultOut,
     SubmitIn,
@@ -329,17 +330,22 @@ def work_item_cancel(request, item_id: PathId):
             auth=api_auth(CHANGE),
             openapi_extra={"requestBody": {"content": {"application/json": {"schema": {"type": "object"}}}}})
 def work_item_retry(request, item_id: PathId, payload: RetryIn = None):
-    """Resume a waiting (with `answer`) or needs_attention item (DOMAIN §8.6)."""
+    """Resume a waiting (with `answer`, or `answers`: one per waiting stage) or needs_attention item
+    (DOMAIN §8.6)."""
+    answers = None
+    if payload is not None and payload.answers is not None:
+        answers = [{"action_id": a.action_id, "answer": a.answer} for a in payload.answers]
     item = services.work_item_retry(item_id=item_id, answer=payload.answer if payload else None,
-                                    actor=actor_of(request))
+                                    answers=answers, actor=actor_of(request))
     return _detail_response(item.pk)
 
 
 @items.get("/work-items/{item_id}/retry-preview", response={200: RetryPreviewOut, **ITEM_ERRORS},
            auth=api_auth(VIEW))
-def work_item_retry_preview(request, item_id: PathId):
-    """What a retry would do, computed by the retry's own code path without writing."""
-    return services.work_item_retry_preview(item_id=item_id)
+def work_item_retry_preview(request, item_id: PathId, params: Query[RetryPreviewQuery]):
+    """What a retry would do, computed by the retry's own code path without writing; with
+    `action_id` (repeatable), what an `answers` retry naming those stages would do."""
+    return services.work_item_retry_preview(item_id=item_id, action_ids=params.action_id or None)
 
 
 @items.post("/work-items/{item_id}/guidance", response={200: WorkItemDetailOut, **ITEM_BODY_ERRORS},

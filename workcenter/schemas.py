@@ -21,6 +21,7 @@ from pydantic import (
     Strict,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 from pydantic_core import core_schema
 from typing_extensions import TypeAliasType
@@ -203,8 +204,20 @@ class _WorkItemHead(Schema):
         return getattr(obj, "execution_stats", None) or _zero_stats()
 
 
+class AttentionOut(Schema):
+    kind: Literal["waiting", "failed"] = Field(..., description="waiting: for an answer; failed: for a retry")
+    action_id: str = Field(..., description="the item's current action: its first blocked stage by sequence")
+    stage_id: str
+    text: str = Field(..., description="the start (200 characters, blanks collapsed) of that stage's question "
+                                       "(the waiting run's waiting_reason) or of its last run's error")
+    since: Optional[Timestamp] = Field(None, description="when that run ended")
+    count: int = Field(..., description="how many stages are in that state (graph items; 1 for linear)")
+
+
 class WorkItemSummaryOut(_WorkItemHead):
     current_action: Optional[CurrentActionOut] = None
+    attention: Optional[AttentionOut] = Field(None, description="what a waiting or needs_attention item waits "
+                                                                "for; null otherwise")
     action_counts: dict[str, int]
     work_dir: str = ""
     workspace_key: str = ""
@@ -266,6 +279,16 @@ class ClaimOut(Schema):
     dependencies: list[DependencyOut]
 
 
+class WaitingStageOut(Schema):
+    action_id: str
+    stage_id: str
+    run_id: Optional[str] = Field(None, description="the run that asked")
+    waiting_reason: str = Field(..., description="its question")
+    waiting_since: Optional[Timestamp] = Field(None, description="when that run ended")
+    reset_action_ids: list[str] = Field(..., description="what answering this stage alone resets (graph; by "
+                                                         "sequence; empty for a linear item)")
+
+
 class RetryPreviewOut(Schema):
     target_action_id: Optional[str] = None
     target_stage_id: Optional[str] = None
@@ -273,6 +296,8 @@ class RetryPreviewOut(Schema):
     reset_action_ids: list[str]
     superseded_run_ids: list[str]
     new_action: bool
+    waiting_stages: list[WaitingStageOut] = Field(
+        default_factory=list, description="every stage that waits for an answer, by sequence")
 
 
 class LeaseOut(Schema):
@@ -527,8 +552,38 @@ class UpdateWorkItemIn(InputSchema):
         return value
 
 
+MAX_ANSWER = 8000
+AnswerText = Annotated[str, Strict(), Field(max_length=MAX_ANSWER), AfterValidator(_not_blank), WithJsonSchema(
+    {"type": "string", "minLength": 1, "maxLength": MAX_ANSWER, "pattern": NON_BLANK_PATTERN,
+     "description": f"not blank, at most {MAX_ANSWER} characters (trimmed); {_TEXT_DOC}"})]
+
+
+class RetryAnswerIn(InputSchema):
+    action_id: NonEmptyText = Field(..., description="a stage that waits for an answer: a waiting canonical action "
+                                                     "of a graph item, or a linear item's current action")
+    answer: AnswerText
+
+
+def _retry_rules(schema: dict) -> None:
+    """`answer` and `answers` are two forms of one request: never both."""
+    schema["not"] = {"required": ["answer", "answers"]}
+
+
 class RetryIn(InputSchema):
+    model_config = ConfigDict(json_schema_extra=_retry_rules)
+
     answer: Optional[Text] = Field(None, description="required (not blank) when the item is waiting")
+    answers: Optional[list[RetryAnswerIn]] = Field(
+        None, min_length=1, max_length=500,
+        description="instead of `answer`: one answer per waiting stage, each reset in place with its own answer "
+                    "in one transaction (one work_item.retried event per stage); each action_id at most once; a "
+                    "waiting item's current action must be named; a linear item names its current action only")
+
+    @model_validator(mode="after")
+    def _one_form(self):
+        if {"answer", "answers"} <= self.model_fields_set:
+            raise ValueError("give either answer or answers, not both")
+        return self
 
 
 class GuidanceIn(InputSchema):
@@ -548,6 +603,17 @@ class WorkItemListQuery(Schema):
 class EventsQuery(Schema):
     after_id: int = Field(0, ge=0, le=MAX_INT64)
     limit: int = Field(200, ge=1, le=1000)
+
+
+MAX_PREVIEW_IDS = 16  # a request line stays well inside what the server reads (16 KiB)
+QueryActionId = Annotated[str, Strict(), Field(min_length=1, max_length=64, pattern=NO_NUL_PATTERN,
+                                               description=_TEXT_DOC)]
+
+
+class RetryPreviewQuery(Schema):
+    action_id: list[QueryActionId] = Field(default_factory=list, max_length=MAX_PREVIEW_IDS, description=(
+        f"repeatable, at most {MAX_PREVIEW_IDS}: the stages an `answers` retry would name; the preview's "
+        "reset_action_ids and superseded_run_ids are then that retry's"))
 
 
 class _Fence(InputSchema):

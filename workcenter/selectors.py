@@ -63,6 +63,7 @@ def _with_summary_fields(page: list[WorkItem]) -> list[WorkItem]:
         i.execution_stats = s.execution_stats if s else {f: 0 for f in COUNTER_FIELDS}
         i.action_counts = s.action_counts if s else {}
         i.current_action = s.current_action if s else None
+        i.attention = s.attention if s else None
     return page
 
 
@@ -499,7 +500,50 @@ def work_item_summaries(item_ids) -> dict[str, WorkItem]:
     for item_id, item in out.items():
         item.action_counts = counts.get(item_id, {})
         item.execution_stats = stats.get(item_id) or {f: 0 for f in COUNTER_FIELDS}
+    _attach_attention(out)
     return out
+
+
+ATTENTION_TEXT = 200
+
+
+def _attach_attention(items: dict[str, WorkItem]) -> None:
+    """`attention` of WorkItemSummary: what a waiting or needs_attention item waits for — its current
+    stage (the first blocked one by sequence) and the start of that stage's question (waiting) or
+    error (failed), from the stage's last ended run; `count` stages are in that state (graph). One
+    read for the whole batch, and none when no item of it needs anyone."""
+    wanted = {}
+    for item in items.values():
+        item.attention = None
+        if item.status in (WorkItemStatus.WAITING, WorkItemStatus.NEEDS_ATTENTION) and item.current_action:
+            wanted[item.current_action_id] = item
+    if not wanted:
+        return
+    last: dict[str, tuple] = {}
+    ids = sorted(wanted)
+    for start in range(0, len(ids), _VALUES_CHUNK * 2):
+        rows = (Run.objects.filter(action_id__in=ids[start:start + _VALUES_CHUNK * 2])
+                .exclude(status=RunStatus.RUNNING).order_by("action_id", "-ended_at", "-started_at")
+                .values_list("action_id", "status", "waiting_reason", "error", "ended_at"))
+        for row in rows:
+            last.setdefault(row[0], row)
+    for action_id, item in wanted.items():
+        _, status, reason, error, ended_at = last.get(action_id, (None, None, None, None, None))
+        waiting = item.status == WorkItemStatus.WAITING
+        if waiting:
+            text = reason or ""
+        else:
+            text = error or (f"the last run ended {status}" if status else "")
+        graph = (item.workflow_snapshot or {}).get("execution_mode") == "graph"
+        count = item.action_counts.get(ActionStatus.WAITING if waiting else ActionStatus.FAILED, 0) if graph else 1
+        item.attention = {
+            "kind": "waiting" if waiting else "failed",
+            "action_id": action_id,
+            "stage_id": item.current_action["stage_id"],
+            "text": " ".join(text.split())[:ATTENTION_TEXT],
+            "since": ended_at,
+            "count": max(1, count),
+        }
 
 
 @contextlib.contextmanager

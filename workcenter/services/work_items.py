@@ -374,8 +374,7 @@ def work_item_guide(
 
 def _retry_plan(item: WorkItem, answer: Any, now: datetime):
     """Shared by retry and its preview: checks, replacement and (graph) the reset plan."""
-    if item.status not in (WorkItemStatus.WAITING, WorkItemStatus.NEEDS_ATTENTION):
-        raise InvalidState(f"WorkItem in {item.status} does not need retry")
+    _refuse_unless_retryable(item)
     answer_text = answer.strip()[:MAX_TEXT] if isinstance(answer, str) else ""
     if item.status == WorkItemStatus.WAITING and not answer_text:
         raise InvalidInput("answer is required to resume a waiting WorkItem", fields=["answer"])
@@ -385,15 +384,7 @@ def _retry_plan(item: WorkItem, answer: Any, now: datetime):
         if graph:
             raise InvalidState("graph retry target is missing")
         return previous, None, common.stage_fields(item, common.initial_stage(item), []), None
-    previous_run = (
-        Run.objects.filter(action_id=previous.pk).exclude(status=RunStatus.RUNNING)
-        .order_by("-ended_at", "-started_at").first()
-    )
-    context = list(previous.context or [])
-    if previous_run is not None:
-        context.append(common.run_context_entry(
-            previous_run, previous, waiting_reason=previous_run.waiting_reason, answer=answer_text or None))
-    replacement = common.rebuilt_fields(item, previous, context)
+    previous_run, replacement = _replacement(item, previous, answer_text or None)
     plan = None
     if graph:
         actions = common.item_actions(item, lock=True)
@@ -401,12 +392,142 @@ def _retry_plan(item: WorkItem, answer: Any, now: datetime):
     return previous, previous_run, replacement, plan
 
 
-def work_item_retry(*, item_id: str, answer: Any = None, actor: str = "system", now: datetime | None = None) -> WorkItem:
+def _refuse_unless_retryable(item: WorkItem) -> None:
+    if item.status not in (WorkItemStatus.WAITING, WorkItemStatus.NEEDS_ATTENTION):
+        raise InvalidState(f"WorkItem in {item.status} does not need retry")
+
+
+def _last_ended_run(action: Action) -> Run | None:
+    """§8.6 `previous_run`: the action's most recent non-running run (by ended_at, then started_at)."""
+    return (Run.objects.filter(action_id=action.pk).exclude(status=RunStatus.RUNNING)
+            .order_by("-ended_at", "-started_at").first())
+
+
+def _replacement(item: WorkItem, previous: Action, answer: str | None) -> tuple[Run | None, dict]:
+    """§8.6's replacement of `previous`: its definition, its context plus the entry of its last run
+    with that run's waiting reason and this answer."""
+    previous_run = _last_ended_run(previous)
+    context = list(previous.context or [])
+    if previous_run is not None:
+        context.append(common.run_context_entry(
+            previous_run, previous, waiting_reason=previous_run.waiting_reason, answer=answer))
+    return previous_run, common.rebuilt_fields(item, previous, context)
+
+
+def _clean_answers(answers: Any) -> dict[str, str]:
+    """`answers` as {action id: trimmed answer}, in the order given. Refused as a whole (422) when
+    it is not a non-empty list of {action_id, answer} objects with distinct ids and answers that
+    are not blank and at most 8 000 characters."""
+    def refuse(message: str):
+        return InvalidInput(message, fields=["answers"])
+
+    if not isinstance(answers, list) or not answers:
+        raise refuse("answers must be a non-empty list of {action_id, answer}")
+    out: dict[str, str] = {}
+    for entry in answers:
+        if not isinstance(entry, dict) or set(entry) != {"action_id", "answer"}:
+            raise refuse("each of answers must be an object with exactly action_id and answer")
+        action_id, text = entry["action_id"], entry["answer"]
+        if not isinstance(action_id, str) or not action_id:
+            raise refuse("each of answers needs an action_id")
+        if not isinstance(text, str) or not text.strip():
+            raise refuse(f"the answer for action {action_id} is blank")
+        if len(text.strip()) > MAX_TEXT:
+            raise refuse(f"the answer for action {action_id} is longer than {MAX_TEXT} characters")
+        if action_id in out:
+            raise refuse(f"answers names action {action_id} twice")
+        out[action_id] = text.strip()
+    return out
+
+
+def waiting_actions(item: WorkItem, actions: list[Action] | None = None) -> list[Action]:
+    """The stages that wait for an answer, by sequence: a graph item's canonical actions in
+    `waiting` [DEV-4]; a waiting linear item's current action (it stays `completed`, §7.4)."""
+    if item.execution_mode != "graph":
+        if item.status != WorkItemStatus.WAITING or not item.current_action_id:
+            return []
+        current = Action.objects.filter(pk=item.current_action_id).first()
+        return [current] if current else []
+    if actions is None:
+        actions = common.item_actions(item)
+    canon = common.canonical_actions(actions)
+    return sorted((a for a in canon.values() if a.status == ActionStatus.WAITING), key=lambda a: a.sequence)
+
+
+def _answer_targets(item: WorkItem, answers: dict[str, str], actions: list[Action] | None,
+                    field: str = "answers") -> list[Action]:
+    """What an `answers` retry resets, by sequence: every named stage, each of which must wait
+    (graph: a waiting canonical action; linear: only the current action), and the item's current
+    action; a waiting item's current action must be named (it needs its answer)."""
+    if item.execution_mode != "graph":
+        if list(answers) != [item.current_action_id]:
+            raise InvalidInput(f"{field} of a linear WorkItem must name its current action only "
+                               f"({item.current_action_id})", fields=[field])
+        return []
+    waiting = {a.pk: a for a in waiting_actions(item, actions)}
+    unknown = [action_id for action_id in answers if action_id not in waiting]
+    if unknown:
+        raise InvalidInput(f"{field} must name stages of this WorkItem that wait for an answer; not waiting: "
+                           + ", ".join(unknown), fields=[field])
+    if item.status == WorkItemStatus.WAITING and item.current_action_id not in answers:
+        raise InvalidInput("answer is required to resume a waiting WorkItem: "
+                           f"{field} must include its current stage "
+                           f"({waiting[item.current_action_id].effective_stage_id})"
+                           if item.current_action_id in waiting else
+                           "answer is required to resume a waiting WorkItem", fields=[field])
+    targets = {a.pk: a for a in waiting.values() if a.pk in answers}
+    if item.current_action_id not in targets:
+        current = next((a for a in actions or [] if a.pk == item.current_action_id), None)
+        if current is None:
+            raise InvalidState("graph retry target is missing")
+        targets[current.pk] = current
+    return sorted(targets.values(), key=lambda a: a.sequence)
+
+
+def _answers_retry(item: WorkItem, answers: dict[str, str], now: datetime, actor: str) -> WorkItem:
+    """The graph `answers` form, under the item lock: reset each target stage in place (§7.8),
+    each with its own answer in its replacement's context, then the item `ready` with the first
+    target current and one `work_item.retried {target_stage_id}` event per stage. Every write is
+    a guarded update on the rows as read here; the first that misses rolls all of them back."""
+    actions = common.item_actions(item, lock=True)
+    targets = _answer_targets(item, answers, actions)
+    # every replacement from the rows as they were: a reset of one stage must not feed another's
+    replacements = [(t, _replacement(item, t, answers.get(t.pk))[1]) for t in targets]
+    guard = _status_guard(item, item.status)
+    reset = []
+    for target, replacement in replacements:
+        # planned on the actions as the previous resets left them (apply_graph_reset updates them)
+        plan = common.plan_graph_reset(item, actions, target.effective_stage_id, replacement, now)
+        reset.append(common.apply_graph_reset(plan, replacement, common.RESET_REASON_RETRY, now))
+    common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=reset[0].pk, guard=guard)
+    common.sync_claimable(item)
+    for target in reset:
+        event_append(work_item_id=item.pk, type="work_item.retried",
+                     data={"target_stage_id": target.effective_stage_id}, action_id=target.pk, actor=actor, now=now)
+    return item
+
+
+def work_item_retry(*, item_id: str, answer: Any = None, answers: Any = None, actor: str = "system",
+                    now: datetime | None = None) -> WorkItem:
     """waiting/needs_attention → ready (DOMAIN §8.6): linear inserts a replacement action; graph
-    resets the blocked stage in place with every dependant and running sibling."""
+    resets the blocked stage in place with every dependant and running sibling.
+
+    `answers` ([{action_id, answer}], instead of `answer`): one answer per waiting stage. A graph
+    item resets every named stage (and its current action) in place in this one transaction,
+    each with its own answer; a linear item takes it for its current action only, as `answer`."""
+    if answers is not None and answer is not None:
+        raise InvalidInput("give either answer or answers, not both", fields=["answer", "answers"])
     with store_transaction():
         now = resolve_now(now)
         item = common.lock_item(item_id)
+        if answers is not None:
+            # after the status: an item that needs no retry says so whatever the answers
+            _refuse_unless_retryable(item)
+            cleaned = _clean_answers(answers)
+            if item.execution_mode == "graph":
+                return _answers_retry(item, cleaned, now, actor)
+            _answer_targets(item, cleaned, None)
+            answer = cleaned[item.current_action_id]
         previous, _run, replacement, plan = _retry_plan(item, answer, now)
         guard = _status_guard(item, item.status)
         if plan is not None:
@@ -421,14 +542,50 @@ def work_item_retry(*, item_id: str, answer: Any = None, actor: str = "system", 
         return item
 
 
-def work_item_retry_preview(*, item_id: str, now: datetime | None = None) -> dict:
-    """What a retry would do, computed by the retry's own planning code without writing."""
+def _waiting_entry(action: Action, run: Run | None, reset_action_ids: list[str]) -> dict:
+    return {
+        "action_id": action.pk,
+        "stage_id": action.effective_stage_id,
+        "run_id": run.pk if run else None,
+        "waiting_reason": (run.waiting_reason or "") if run else "",
+        "waiting_since": run.ended_at if run else None,
+        "reset_action_ids": reset_action_ids,
+    }
+
+
+def _by_sequence(actions) -> list[str]:
+    return [a.pk for a in sorted(actions, key=lambda a: a.sequence)]
+
+
+def work_item_retry_preview(*, item_id: str, action_ids: list[str] | None = None,
+                            now: datetime | None = None) -> dict:
+    """What a retry would do, computed by the retry's own planning code without writing.
+
+    Always: `waiting_stages`, each stage that waits for an answer with its question and what
+    answering it resets. With `action_ids` (the stages an `answers` retry would name): the reset
+    and the stopped runs of that retry — the union of its per-stage resets (§7.8 resets every
+    running action in each of them, so applying them one after another touches the same set)."""
     with store_transaction():
         now = resolve_now(now)
         item = common.lock_item(item_id)
+        if action_ids:
+            _refuse_unless_retryable(item)
+            if len(set(action_ids)) != len(action_ids):
+                raise InvalidInput("action_id names an action twice", fields=["action_id"])
         # The preview must not be refused for a missing answer: it runs the plan as if one were given.
         previous, _run, _replacement, plan = _retry_plan(item, "preview", now)
+        actions = common.item_actions(item) if plan is not None else None
+        waiting = []
+        for action in waiting_actions(item, actions):
+            run = _last_ended_run(action)
+            resets = []
+            if plan is not None:
+                alone = common.plan_graph_reset(item, actions, action.effective_stage_id, None, now)
+                resets = _by_sequence(alone.affected)
+            waiting.append(_waiting_entry(action, run, resets))
         if plan is None:
+            if action_ids:
+                _answer_targets(item, dict.fromkeys(action_ids, "preview"), None, "action_id")
             return {
                 "target_action_id": item.current_action_id,
                 "target_stage_id": previous.effective_stage_id if previous else _replacement["stage_id"],
@@ -436,12 +593,21 @@ def work_item_retry_preview(*, item_id: str, now: datetime | None = None) -> dic
                 "reset_action_ids": [],
                 "superseded_run_ids": [],
                 "new_action": True,
+                "waiting_stages": waiting,
             }
+        affected = {a.pk: a for a in plan.affected}
+        runs = list(plan.superseded_run_ids)
+        if action_ids:
+            for target in _answer_targets(item, dict.fromkeys(action_ids, "preview"), actions, "action_id"):
+                other = common.plan_graph_reset(item, actions, target.effective_stage_id, None, now)
+                affected.update({a.pk: a for a in other.affected})
+                runs += [r for r in other.superseded_run_ids if r not in runs]
         return {
             "target_action_id": plan.target.pk,
             "target_stage_id": plan.target.effective_stage_id,
             "mode": "graph",
-            "reset_action_ids": [a.pk for a in sorted(plan.affected, key=lambda a: a.sequence)],
-            "superseded_run_ids": plan.superseded_run_ids,
+            "reset_action_ids": _by_sequence(affected.values()),
+            "superseded_run_ids": runs,
             "new_action": False,
+            "waiting_stages": waiting,
         }
