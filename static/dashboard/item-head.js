@@ -2,7 +2,7 @@
 // time running, time waiting on a person; live while the item is open).
 import { formatCount, formatDuration, h, setBadge, timeEl } from "./common.js";
 import { $, on, state } from "./item-core.js";
-import { itemTimes } from "./item-runs.js";
+import { itemTimes, onTick } from "./item-runs.js";
 
 function timeItem(key, label, title) {
   return h("div", { class: "meta-item meta-time", dataset: { time: key }, title },
@@ -51,6 +51,6 @@ function renderHead(d) {
 }
 
 let live = false;
-setInterval(() => { if (live && state.detail) renderTimes(state.detail); }, 1000);
+onTick((now) => { if (live && state.detail) renderTimes(state.detail, now); });
 
 on("detail", renderHead);

@@ -5,7 +5,7 @@ import {
   showError, timeEl,
 } from "./common.js";
 import { $, base, config, graphView, on, refreshAll, refreshers, state } from "./item-core.js";
-import { runsOfNode } from "./item-runs.js";
+import { onTick, runsOfNode } from "./item-runs.js";
 
 // the run the timeline opened: its card stays marked across live re-renders until another opens
 let markedRun = null;
@@ -166,13 +166,12 @@ on("open-run", (run) => {
   }
 });
 // a running run's duration grows with the page's clock
-setInterval(() => {
-  const now = Date.now();
+onTick((now) => {
   for (const el of document.querySelectorAll("#panel-body .run-duration[data-live]")) {
     const text = formatDuration(runDurationMs({ started_at: el.dataset.started }, now));
     if (el.textContent !== text) el.textContent = text;
   }
-}, 1000);
+});
 on("open", openPanel);
 on("graph", () => { if (state.panelOpen) renderPanel(graphView.selectedData()); });
 on("detail", () => { if (state.panelOpen) renderPanel(graphView.selectedData()); });

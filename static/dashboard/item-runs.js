@@ -10,6 +10,21 @@ import { $, TERMINAL, emit, on, state } from "./item-core.js";
 
 const ms = (iso) => (iso ? Date.parse(iso) : null);
 
+// --- one clock for every live duration of the page's time views -------------------------------------
+// The header, the panel and the timeline tick together with one `now`, so they never disagree by
+// a second. A page hub that emits "tick" (each second, beside the graph's own tick) takes over
+// from this module's interval, so the graph's nodes then tick in the same task too.
+const tickers = [];
+export function onTick(fn) { tickers.push(fn); }
+function tickAll() {
+  const now = Date.now();
+  for (const fn of tickers) {
+    try { fn(now); } catch (err) { console.error("item page: a clock listener failed", err); }
+  }
+}
+let ownClock = setInterval(tickAll, 1000);
+on("tick", () => { if (ownClock) { clearInterval(ownClock); ownClock = null; } tickAll(); });
+
 // events that hand a blocked item back to the workers (or end it): a person acted
 const RESUMES = new Set(["work_item.retried", "workflow.retriaged", "work_item.cancelled", "action.reset"]);
 // events that leave the item needing a person although the run's own status does not say so
@@ -166,11 +181,22 @@ function runLabel(run, index, row, now) {
   return `${row.name}, run ${index + 1}: ${status}, ${formatDuration(runDurationMs(run, now))} (started ${absTime(run.started_at)}, ${end})`;
 }
 
-function render() {
+// what the drawing depends on: a live update that changes none of it keeps the drawn rows
+function signature(detail) {
+  const runs = detail.runs.map((r) => `${r.id}:${r.status}:${r.ended_at || ""}`).join(",");
+  const nodes = (state.graph?.nodes || []).map((n) => `${n.stage_id}:${n.name}:${n.status}`).join(",");
+  const marks = (detail.events || []).slice(0, 1).map((e) => e.id).join();
+  return `${detail.id}|${detail.status}|${detail.actions.map((a) => `${a.id}:${a.status}`).join(",")}|${runs}|${nodes}|${marks}`;
+}
+
+function render(force = false) {
   if (!ui.shown) return;
   const t0 = performance.now();
   const detail = state.detail;
   if (!detail) { view.replaceChildren(h("p", { class: "tl-empty muted" }, "Loading…")); return; }
+  const sig = signature(detail);
+  if (!force && sig === ui.sig) return;
+  ui.sig = sig;
   const now = Date.now();
   const { rows, stageOf } = stageRows(detail);
   const times = itemTimes(detail, now);
@@ -285,7 +311,7 @@ function showTab(which, focus = false) {
   view.hidden = !runs;
   view.closest(".graph-wrap")?.classList.toggle("showing-runs", runs);
   ui.shown = runs;
-  if (runs) render();
+  if (runs) render(true);
   if (focus) (runs ? tabs[1] : tabs[0]).focus();
 }
 
@@ -347,9 +373,9 @@ view.addEventListener("click", (e) => {
   if (run) emit("open-run", run);
 });
 
-on("detail", render);
+on("detail", () => render());
 on("graph", () => { if (state.detail) render(); });
-setInterval(() => { if (ui.shown && ui.live) place(); }, 1000);
+onTick((now) => { if (ui.shown && ui.live) place(now); });
 new ResizeObserver(() => { if (ui.shown) { ui.ticksFor = ""; place(); } }).observe(view);
 
 window.__wcRuns = { itemTimes, personSpans, showTab };

@@ -11,7 +11,7 @@ from tests.conftest import Clock, Store, completed, make_graph
 from workcenter.models import Event, WorkItem
 
 from .conftest import screenshot, wait_live
-from .timing import console_errors
+from .timing import box, console_errors
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,7 +38,8 @@ def row(page, ev_id):
 
 def review_graph(store):
     """impl → rev (a review that sends changes back to impl) → ship."""
-    stages = [{"id": "impl", "type": "implement"}, {"id": "rev", "type": "review", "deps": ["impl"], "return_to": "impl"},
+    stages = [{"id": "impl", "type": "implement"},
+              {"id": "rev", "type": "review", "deps": ["impl"], "return_to": "impl"},
               {"id": "ship", "deps": ["rev"]}]
     item = make_graph(store, stages, title="Changes requested")
     WorkItem.objects.filter(pk=item.pk).update(workflow_snapshot={"execution_mode": "graph", "stages": [
@@ -122,8 +123,8 @@ def test_worker_ids_are_short_with_the_full_id_on_hover(page, daphne_server, sto
     assert boot not in page.locator("#events").inner_text()
     # one line each: no UUID wraps the row
     for part in (".event-detail", ".event-meta"):
-        box = r.locator(part).bounding_box()
-        assert box["height"] < 22, (part, box)
+        b = box(r.locator(part))
+        assert b["height"] < 22, (part, b)
     page.set_viewport_size({"width": 800, "height": 900})
     r.scroll_into_view_if_needed()
     for scheme in ("light", "dark"):

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from .conftest import screenshot, wait_for_js, wait_live
-from .timing import TimedStore, console_errors
+from .timing import TimedStore, box, console_errors
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,8 +35,8 @@ def bars(page, stage=None) -> list[dict]:
     return page.evaluate("""(stage) => [...document.querySelectorAll(
             stage ? `#runs-view .tl-row[data-stage="${stage}"] .tl-bar` : '#runs-view .tl-bar')].map(b => {
         const r = b.getBoundingClientRect();
-        return {run: b.dataset.run, status: b.dataset.status, left: r.left, width: r.width, label: b.getAttribute('aria-label'),
-                border: getComputedStyle(b).borderTopColor};
+        return {run: b.dataset.run, status: b.dataset.status, left: r.left, width: r.width,
+                label: b.getAttribute('aria-label'), border: getComputedStyle(b).borderTopColor};
     })""", stage)
 
 
@@ -74,7 +74,8 @@ def test_a_run_interrupted_failed_and_retried_draws_three_bars_in_order(page, da
     assert page.get_attribute("#tab-runs", "aria-selected") == "true"
     assert page.locator("#graph").is_hidden()
     # one row per stage, in graph order; no bar for the stage that never ran
-    assert page.eval_on_selector_all("#runs-view .tl-row", "rows => rows.map(r => r.dataset.stage)") == ["build", "check"]
+    rows = page.eval_on_selector_all("#runs-view .tl-row", "rows => rows.map(r => r.dataset.stage)")
+    assert rows == ["build", "check"]
     assert bars(page, "check") == []
     shown = bars(page, "build")
     assert [b["run"] for b in shown] == [r1.run.pk, r2.run.pk, r3.run.pk]
@@ -91,7 +92,7 @@ def test_a_run_interrupted_failed_and_retried_draws_three_bars_in_order(page, da
     assert "interrupted" in shown[0]["label"] and "1 m 00 s" in shown[0]["label"]
     assert "2 m 00 s" in shown[1]["label"] and "30 s" in shown[2]["label"]
     # the item waited on a person from the failure (200 s) to the retry (260 s): hatched
-    wait = page.locator('#runs-view .tl-row[data-stage="build"] .tl-wait').bounding_box()
+    wait = box(page.locator('#runs-view .tl-row[data-stage="build"] .tl-wait'))
     assert page.get_attribute('#runs-view .tl-row[data-stage="build"] .tl-wait', "data-kind") == "attention"
     assert abs(wait["x"] - (shown[1]["left"] + shown[1]["width"])) <= 2
     assert abs(wait["width"] - 60 * unit) <= 2
@@ -110,8 +111,8 @@ def test_a_run_interrupted_failed_and_retried_draws_three_bars_in_order(page, da
     page.wait_for_selector(f'#panel:not([hidden]) li.run.marked[data-id="{r2.run.pk}"]')
     assert page.locator("#panel-title").inner_text().startswith("build")
     assert page.get_attribute("#graph g.node.selected", "data-stage") == "build"
-    card = page.locator(f'#panel-body li.run[data-id="{r2.run.pk}"]').bounding_box()
-    body = page.locator("#panel-body").bounding_box()
+    card = box(page.locator(f'#panel-body li.run[data-id="{r2.run.pk}"]'))
+    body = box(page.locator("#panel-body"))
     assert card["y"] >= body["y"] - 1 and card["y"] < body["y"] + body["height"]
     assert page.locator("#panel-body li.run.marked").count() == 1
     screenshot(page, "timeline-open-run-1280-light.png")
@@ -170,7 +171,7 @@ def test_two_hundred_stages_with_runs_from_milliseconds_to_hours(page, daphne_se
     assert tiny["width"] >= 3  # a 5 ms run stays visible and clickable
     assert long_["width"] > 100 * tiny["width"] / 3
     # zoom in (twice 1.5×): the time axis widens, the bars with it; Fit comes back
-    axis_width = lambda: page.locator("#runs-view .tl-axis").bounding_box()["width"]
+    axis_width = lambda: box(page.locator("#runs-view .tl-axis"))["width"]
     before = axis_width()
     page.click('#runs-view [data-zoom="in"]')
     page.click('#runs-view [data-zoom="in"]')
@@ -182,8 +183,8 @@ def test_two_hundred_stages_with_runs_from_milliseconds_to_hours(page, daphne_se
     assert abs(bars(page, f"s{len(lengths) - 1:03d}")[0]["width"] - long_["width"]) <= 1
     # the rows scroll inside the view; the axis stays on top
     page.locator('#runs-view .tl-row[data-stage="s199"]').scroll_into_view_if_needed()
-    axis = page.locator("#runs-view .tl-axis").bounding_box()
-    view = page.locator("#runs-view").bounding_box()
+    axis = box(page.locator("#runs-view .tl-axis"))
+    view = box(page.locator("#runs-view"))
     assert abs(axis["y"] - view["y"]) <= 2
     page.set_viewport_size({"width": 800, "height": 900})
     page.locator("#runs-view").evaluate("el => el.scrollTop = 0")

@@ -91,3 +91,13 @@ def console_errors(page) -> list[str]:
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     return errors
+
+
+def box(locator, tries: int = 40) -> dict:
+    """The locator's bounding box; retried while a live re-render swaps the element."""
+    for _ in range(tries):
+        b = locator.bounding_box()
+        if b:
+            return b
+        locator.page.wait_for_timeout(50)
+    raise AssertionError(f"not visible: {locator}")
