@@ -231,18 +231,19 @@ function render(force = false) {
   }
   body.append(h("div", { class: "tl-grid", "aria-hidden": "true" }), frag);
   const head = h("div", { class: "tl-head" }, h("div", { class: "tl-corner" }, "Stage"), h("div", { class: "tl-axis", "aria-hidden": "true" }));
-  const content = rows.length ? [head, body] : [h("p", { class: "tl-empty muted" }, "No stages yet.")];
+  // no stage yet: the graph area's own empty note ("Not started — no stages yet.") says so
+  const content = rows.length ? [head, body] : [];
   const zoomButtons = h("span", { class: "tl-zoom" },
     h("button", { type: "button", class: "btn btn-small btn-quiet", dataset: { zoom: "out" }, "aria-label": "Zoom the timeline out" }, "−"),
     h("button", { type: "button", class: "btn btn-small btn-quiet", dataset: { zoom: "in" }, "aria-label": "Zoom the timeline in" }, "+"),
     h("button", { type: "button", class: "btn btn-small btn-quiet", dataset: { zoom: "fit" }, "aria-label": "Fit the whole timeline" }, "Fit"));
-  const legend = h("p", { class: "tl-legend muted" }, rows.length ? zoomButtons : null,
+  const legend = rows.length ? h("p", { class: "tl-legend muted" }, zoomButtons,
     h("span", { class: "tl-key", dataset: { key: "waiting" }, "aria-hidden": "true" }), "waiting on an answer ",
     h("span", { class: "tl-key", dataset: { key: "attention" }, "aria-hidden": "true" }), "waiting on a person after a failure ",
-    h("span", { class: "tl-key", dataset: { key: "interrupted" }, "aria-hidden": "true" }), "interrupted · a bar per run, from its claim to its end; click one to open it");
+    h("span", { class: "tl-key", dataset: { key: "interrupted" }, "aria-hidden": "true" }), "interrupted · a bar per run, from its claim to its end; click one to open it") : null;
   // a live redraw keeps the keyboard on the bar it was on
   const focused = view.contains(document.activeElement) ? document.activeElement.dataset.run : null;
-  view.replaceChildren(...content, legend);
+  view.replaceChildren(...content, ...(legend ? [legend] : []));
   if (focused) view.querySelector(`.tl-bar[data-run="${CSS.escape(focused)}"]`)?.focus({ preventScroll: true });
   ui.live = times.live || times.waitingOpen || !times.ended;
   ui.ticksFor = "";

@@ -190,3 +190,18 @@ def test_two_hundred_stages_with_runs_from_milliseconds_to_hours(page, daphne_se
     page.locator("#runs-view").evaluate("el => el.scrollTop = 0")
     screenshot(page, "timeline-200-800-light.png")
     assert not errors
+
+
+def test_a_draft_s_timeline_is_empty_without_errors(page, daphne_server, timed, bg):
+    from tests.conftest import Store
+
+    errors = console_errors(page)
+    item = bg(Store(timed.clock).create, title="Not yet", start=False)
+    page.goto(f"{daphne_server.url}/work-items/{item.pk}/")
+    wait_live(page)
+    page.click("#tab-runs")
+    page.wait_for_selector("#runs-view:not([hidden])")
+    assert page.locator("#runs-view .tl-row").count() == 0
+    assert page.locator("#graph-empty").is_visible()
+    assert page.locator("#item-meta [data-time=running] dd").inner_text() == "0 s"
+    assert not errors
