@@ -7,6 +7,7 @@ import "./item-head.js";
 import "./item-panel.js";
 import "./item-events.js";
 import "./item-dialogs.js";
+import "./item-needs.js";
 import "./item-runs.js";
 
 // --- graph ---------------------------------------------------------------------------------------

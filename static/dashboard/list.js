@@ -47,20 +47,43 @@ function workspace(item) {
 function currentStage(item) {
   const a = item.current_action;
   if (!a) return h("span", { class: "muted" }, item.status === "draft" ? "not started" : "—");
-  return h("span", { class: "stage-cell" }, h("span", { class: "dot", dataset: { status: a.status }, "aria-hidden": "true" }),
-    a.stage_id, h("span", { class: "muted stage-status" }, `· ${STATUS_LABEL[a.status] || a.status}`));
+  // a waiting linear item: the action that asked is completed by design, the stage still waits
+  const asks = item.status === "waiting" && a.status === "completed";
+  const status = asks ? "waiting" : a.status;
+  return h("span", { class: "stage-cell", title: asks ? `${a.stage_id}: its run ended by asking; the item waits for your answer` : null },
+    h("span", { class: "dot", dataset: { status }, "aria-hidden": "true" }),
+    a.stage_id, h("span", { class: "muted stage-status" }, `· ${STATUS_LABEL[status] || status}`));
+}
+
+/** A "needs me" row says what it waits for: the waiting stage and the start of its question, or
+ * the failed stage and its error (WorkItemSummary.attention). */
+function attentionLine(item) {
+  const a = item.attention;
+  if (!a || !NEEDS_ME.includes(item.status)) return null;
+  const waiting = a.kind === "waiting";
+  const more = a.count > 1 ? ` (+${a.count - 1} more stage${a.count > 2 ? "s" : ""} ${waiting ? "waiting" : "failed"})` : "";
+  const text = a.text || (waiting ? "(no question given)" : "(no error given)");
+  return h("div", { class: "attention-line", dataset: { status: waiting ? "waiting" : "failed", kind: a.kind },
+    title: `${a.stage_id} ${waiting ? "asks" : "failed"}: ${a.text}${more}` },
+  h("span", { class: "attention-icon", "aria-hidden": "true" }, waiting ? "?" : "!"),
+  h("span", { class: "attention-stage" }, a.stage_id), waiting ? " asks: " : " failed: ",
+  h("span", { class: "attention-text" }, waiting ? `“${text}”` : text), more,
+  a.since ? [" · ", timeEl(a.since, "age")] : null);
 }
 
 function rowCells(item) {
   return [
     h("td", { class: "col-status" }, badge(item.status)),
-    h("td", { class: "col-title" }, h("a", { href: `/work-items/${encodeURIComponent(item.id)}/`, title: item.goal }, item.title),
-      item.work_item_type ? h("span", { class: "tag" }, item.work_item_type) : null),
-    h("td", {}, currentStage(item)),
+    h("td", { class: "col-title" },
+      h("div", { class: "title-line" },
+        h("a", { href: `/work-items/${encodeURIComponent(item.id)}/`, title: `${item.title}\n${item.goal}` }, item.title),
+        item.work_item_type ? h("span", { class: "tag" }, item.work_item_type) : null),
+      attentionLine(item)),
+    h("td", { class: "col-stage" }, currentStage(item)),
     h("td", { class: "col-progress" }, progress(item)),
-    h("td", {}, workspace(item)),
-    h("td", { class: "col-time" }, timeEl(item.created_at, "age")),
-    h("td", { class: "col-time" }, timeEl(item.updated_at)),
+    h("td", { class: "col-ws" }, workspace(item)),
+    h("td", { class: "col-time col-age" }, timeEl(item.created_at, "age")),
+    h("td", { class: "col-time col-changed" }, timeEl(item.updated_at)),
   ];
 }
 
