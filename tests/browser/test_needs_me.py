@@ -131,6 +131,19 @@ def test_a_waiting_linear_item_shows_which_stage_asks_what_and_for_how_long(page
     assert colours[0] != "rgba(0, 0, 0, 0)"
     assert page.locator("#needs-answer").inner_text() == "Answer…"
     shots(page, "needs-banner-linear")
+    # Answer… opens the dialog with that one question; the answer lands in the new action's context
+    page.click("#needs-answer")
+    box = page.locator("#retry-answer-list fieldset.answer")
+    box.wait_for()
+    assert box.count() == 1 and box.locator(".answer-question").inner_text() == question
+    page.wait_for_selector("#retry-reset-line")
+    box.locator("textarea").fill("PostgreSQL")
+    page.click("#retry-confirm")
+    page.wait_for_selector("#retry-dialog", state="hidden")
+    banner.wait_for(state="hidden")
+    newest = Action.objects.filter(work_item_id=item.pk).order_by("-sequence").first()
+    assert newest.pk != claim.action.pk and newest.context[-1]["answer"] == "PostgreSQL"
+    assert newest.context[-1]["waiting_reason"] == question
 
 
 def test_a_graph_item_banner_lists_every_waiting_stage_with_its_own_question(page, daphne_server, store, problems):
