@@ -37,6 +37,9 @@ STATE_DEPENDENT = {
     ("PATCH /api/v1/work-items/{item_id}", "work_dir"): "workDir must name an existing directory the server allows",
     ("POST /api/v1/work-items/{item_id}/retry", "answer"): "answer is required to resume a waiting WorkItem",
     ("POST /api/v1/work-items", "workflow"): "",
+    # which stages an item waits on is server state: a generated action id is rarely one of them
+    ("POST /api/v1/work-items/{item_id}/retry", "answers"): "",
+    ("GET /api/v1/work-items/{item_id}/retry-preview", "action_id"): "",
 }
 
 

@@ -129,7 +129,7 @@ def test_list_is_newest_first_with_count_and_summary_shape(api):
     beta = body["items"][1]
     assert set(beta) == {"id", "revision", "title", "goal", "status", "workflow_template", "work_item_type",
                          "planning_mode", "execution_mode", "current_action", "execution_stats", "action_counts",
-                         "created_at", "updated_at", "work_dir", "workspace_key"}
+                         "created_at", "updated_at", "work_dir", "workspace_key", "attention"}
     assert beta["current_action"] == {"id": second["current_action_id"], "type": "triage",
                                       "stage_id": "triage", "status": "ready"}
     assert beta["action_counts"] == {"ready": 1}
@@ -346,7 +346,7 @@ def test_retry_preview_of_a_linear_item(api):
     # then
     assert r.status_code == 200, r.content
     assert r.json() == {"target_action_id": claim["action"]["id"], "target_stage_id": "triage", "mode": "linear",
-                        "reset_action_ids": [], "superseded_run_ids": [], "new_action": True}
+                        "reset_action_ids": [], "superseded_run_ids": [], "new_action": True, "waiting_stages": []}
     # nothing was written
     assert Action.objects.count() == 1
     assert api.get(f"/work-items/{item['id']}").json()["status"] == "needs_attention"
