@@ -208,7 +208,9 @@ def test_retry_refusal_is_shown_in_the_dialog(page, daphne_server, store, bg):
     open_item(page, daphne_server, item.pk)
     page.click("#btn-retry")
     page.wait_for_selector("#retry-reset-line")
-    # meanwhile someone else retries
+    # meanwhile someone else retries, and this page does not hear of it (its stream is closed: an
+    # open dialog follows the stream, so a page that hears it disables Confirm instead)
+    page.evaluate("() => { window.__wcStream.stopped = true; window.__wcStream.ws && window.__wcStream.ws.close(); }")
     bg(services.work_item_retry, item_id=item.pk, actor="user:someone-else")
     page.click("#retry-confirm")
     error = page.locator("#retry-error")
