@@ -30,6 +30,15 @@ function durationEl(run) {
     title: live ? "running for (live)" : "from claim to end" }, formatDuration(runDurationMs(run)));
 }
 
+/** The stage's runs added up (they never overlap within a stage), live while one runs. */
+function stageRunTime(runs) {
+  const live = runs.find((r) => !r.ended_at);
+  const done = runs.filter((r) => r.ended_at).reduce((t, r) => t + runDurationMs(r), 0);
+  const dataset = live ? { liveTotal: "", started: live.started_at, done: String(done) } : {};
+  return h("span", {}, h("span", { class: "run-total", dataset }, formatDuration(done + (live ? runDurationMs(live) : 0))),
+    h("span", { class: "muted" }, ` in ${runs.length} run${runs.length === 1 ? "" : "s"}`));
+}
+
 function runCard(run, number, ownAction) {
   const counters = [["tokens", run.total_tokens], ["tool calls", run.tool_count], ["LLM requests", run.llm_request_count], ["loops", run.loop_count]]
     .filter(([, v]) => v).map(([k, v]) => `${formatCount(v)} ${k}`).join(" · ");
@@ -105,6 +114,7 @@ function renderPanel(node) {
   const brief = action.brief || {};
   const facts = [["Stage", action.stage_id], ["Type", action.type], ["Attempt", `${action.attempt} of ${action.max_attempts}`],
     ["Workspace", action.workspace_mode], ["Sequence", String(action.sequence)], ["Action", shortId(action.id, 12)]];
+  if (runs.length) facts.splice(3, 0, ["Run time", stageRunTime(runs)]);
   if (node.lease) facts.push(["Lease", `worker ${shortId(node.lease.owner_boot_id)} · epoch ${node.lease.lease_epoch} · expires ${absTime(node.lease.expires_at)}`]);
   const content = [
     h("dl", { class: "facts" }, ...facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
@@ -167,8 +177,9 @@ on("open-run", (run) => {
 });
 // a running run's duration grows with the page's clock
 onTick((now) => {
-  for (const el of document.querySelectorAll("#panel-body .run-duration[data-live]")) {
-    const text = formatDuration(runDurationMs({ started_at: el.dataset.started }, now));
+  for (const el of document.querySelectorAll("#panel-body .run-duration[data-live], #panel-body .run-total[data-live-total]")) {
+    const ms = runDurationMs({ started_at: el.dataset.started }, now) + Number(el.dataset.done || 0);
+    const text = formatDuration(ms);
     if (el.textContent !== text) el.textContent = text;
   }
 });

@@ -220,6 +220,7 @@ function render(force = false) {
       const el = h("button", { type: "button", class: "tl-bar", dataset: { status: run.status, run: run.id, stage: row.stage },
         "aria-label": runLabel(run, i, row, now) });
       el.title = el.getAttribute("aria-label");
+      el.tabIndex = ui.bars.length ? -1 : 0;
       ui.bars.push({ el, run, row, i });
       track.append(el);
     });
@@ -244,7 +245,11 @@ function render(force = false) {
   // a live redraw keeps the keyboard on the bar it was on
   const focused = view.contains(document.activeElement) ? document.activeElement.dataset.run : null;
   view.replaceChildren(...content, ...(legend ? [legend] : []));
-  if (focused) view.querySelector(`.tl-bar[data-run="${CSS.escape(focused)}"]`)?.focus({ preventScroll: true });
+  const again = focused && view.querySelector(`.tl-bar[data-run="${CSS.escape(focused)}"]`);
+  if (again) {
+    for (const { el } of ui.bars) el.tabIndex = el === again ? 0 : -1;
+    again.focus({ preventScroll: true });
+  }
   ui.live = times.live || times.waitingOpen || !times.ended;
   ui.ticksFor = "";
   place(now);
@@ -356,8 +361,37 @@ view.addEventListener("wheel", (e) => {
   e.preventDefault();
   setZoom(ui.zoom * Math.exp(-e.deltaY * 0.002), e.clientX);
 }, { passive: false });
+// arrow keys move between bars: along a row in time, up and down to the nearest bar in time
+function moveFocus(bar, key) {
+  const all = [...view.querySelectorAll(".tl-bar")];
+  if (!bar) { all[0]?.focus(); return; }
+  const row = bar.closest(".tl-row");
+  const inRow = [...row.querySelectorAll(".tl-bar")];
+  let next = null;
+  if (key === "ArrowRight" || key === "ArrowLeft") {
+    next = inRow[inRow.indexOf(bar) + (key === "ArrowRight" ? 1 : -1)] || null;
+  } else {
+    const rows = [...view.querySelectorAll(".tl-row")];
+    const x = bar.getBoundingClientRect().left;
+    for (let i = rows.indexOf(row) + (key === "ArrowDown" ? 1 : -1); i >= 0 && i < rows.length && !next; i += key === "ArrowDown" ? 1 : -1) {
+      const bars = [...rows[i].querySelectorAll(".tl-bar")];
+      if (bars.length) next = bars.reduce((a, b) => (Math.abs(b.getBoundingClientRect().left - x) < Math.abs(a.getBoundingClientRect().left - x) ? b : a));
+    }
+  }
+  if (!next) return;
+  for (const b of all) b.tabIndex = -1;
+  next.tabIndex = 0;
+  next.focus();
+  next.scrollIntoView({ block: "nearest", inline: "nearest" });
+}
+
 view.addEventListener("keydown", (e) => {
   if (e.target.closest("input, textarea")) return;
+  if (["ArrowRight", "ArrowLeft", "ArrowUp", "ArrowDown"].includes(e.key)) {
+    e.preventDefault();
+    moveFocus(e.target.closest(".tl-bar"), e.key);
+    return;
+  }
   if (e.key === "+" || e.key === "=") setZoom(ui.zoom * 1.5);
   else if (e.key === "-") setZoom(ui.zoom / 1.5);
   else if (e.key === "0") setZoom(1);

@@ -114,6 +114,7 @@ def test_panel_and_header_show_the_durations_of_the_runs_timestamps(page, daphne
         assert r["started"] == epoch_ms(run.started_at) and r["ended"] == epoch_ms(run.ended_at)
         assert r["duration"] == format_duration(ms_between(run.started_at, run.ended_at))
     assert page.locator("#panel-body li.run").first.locator(".run-number").inner_text() == "#2"
+    assert page.locator("#panel-body .run-total").inner_text() == "1 m 45 s"  # the stage's two runs
     open_stage(page, "b")
     assert [r["duration"] for r in panel_runs(page)] == ["1 m 20 s"]
     for width in (1280, 800):
@@ -146,6 +147,7 @@ def test_a_running_run_and_the_header_count_up_live(page, daphne_server, timed):
         return page.evaluate("""() => ({now: Date.now(),
             run: document.querySelector('#panel-body li.run .run-duration').textContent,
             live: document.querySelector('#panel-body li.run .run-duration').hasAttribute('data-live'),
+            total: document.querySelector('#panel-body .run-total').textContent,
             running: document.querySelector('#item-meta [data-time=running] dd').textContent,
             elapsed: document.querySelector('#item-meta [data-time=elapsed] dd').textContent})""")
 
@@ -153,7 +155,7 @@ def test_a_running_run_and_the_header_count_up_live(page, daphne_server, timed):
     assert first["live"]
     # the texts are the durations up to the page's clock (the ticker may be up to 1 s behind)
     assert first["run"] in {format_duration(first["now"] - started - d) for d in (0, 1000)}
-    assert first["running"] == first["run"]
+    assert first["running"] == first["run"] == first["total"]
     assert first["elapsed"] in {format_duration(first["now"] - created - d) for d in (0, 1000)}
     wait_for_js(page, "(t) => document.querySelector('#panel-body li.run .run-duration').textContent !== t",
                 first["run"], timeout=2500)
@@ -162,6 +164,7 @@ def test_a_running_run_and_the_header_count_up_live(page, daphne_server, timed):
     assert seconds(later["run"]) >= seconds(first["run"]) + 2
     assert seconds(later["elapsed"]) >= seconds(first["elapsed"]) + 2
     assert later["run"] in {format_duration(later["now"] - started - d) for d in (0, 1000)}
+    assert later["total"] == later["run"] == later["running"]  # one clock for the panel and the header
     for width in (1280, 800):
         page.set_viewport_size({"width": width, "height": 800})
         for scheme in ("light", "dark"):

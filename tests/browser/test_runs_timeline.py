@@ -116,6 +116,13 @@ def test_a_run_interrupted_failed_and_retried_draws_three_bars_in_order(page, da
     assert card["y"] >= body["y"] - 1 and card["y"] < body["y"] + body["height"]
     assert page.locator("#panel-body li.run.marked").count() == 1
     screenshot(page, "timeline-open-run-1280-light.png")
+    # the keyboard reaches every bar: arrows move along the row, Enter opens the run
+    page.focus(f'#runs-view .tl-bar[data-run="{r1.run.pk}"]')
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate("document.activeElement.dataset.run") == r3.run.pk
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f'#panel-body li.run.marked[data-id="{r3.run.pk}"]')
     # back to the graph with the other arrow
     page.focus("#tab-runs")
     page.keyboard.press("ArrowLeft")
