@@ -156,7 +156,8 @@ function layering(keys, pairs) {
     for (const j of succ[i]) m = Math.min(m, rank[j]);
     if (m - 1 > rank[i]) rank[i] = m - 1;
   }
-  let depth = n ? Math.max(...rank) + 1 : 0;
+  let depth = 0;
+  for (let i = 0; i < n; i++) if (rank[i] + 1 > depth) depth = rank[i] + 1;
   let ranks = Array.from({ length: depth }, () => []);
   for (let i = 0; i < n; i++) ranks[rank[i]].push(i); // input (sequence) order first
   // a rank wider than CAP (a fan-out: dozens of stages after one) wraps into several columns, the
@@ -230,7 +231,7 @@ function fastLayout(keys, pairs, dir, lay) {
     for (let d = ranks.length - 2; d >= 0; d--) settle(ranks[d], succ);
   }
   // keep every rank inside the band of the widest one: no drift into a staircase
-  const widest = Math.max(...ranks.map((r) => r.length));
+  const widest = ranks.reduce((m, r) => Math.max(m, r.length), 0);
   const lo = -((widest - 1) / 2) * step;
   const hi = ((widest - 1) / 2) * step;
   for (const r of ranks) {
@@ -569,7 +570,7 @@ export class GraphView {
     return null;
   }
 
-  durationText(n, now) {
+  durationText(n, now = Date.now()) {
     return n.run && n.run.started_at ? formatDuration(runDurationMs(n.run, now)) : "";
   }
 
@@ -762,6 +763,10 @@ export class GraphView {
   // --- selection and keyboard ------------------------------------------------------------------
 
   select(key, { open = false, scroll = true } = {}) {
+    if (key && !this.nodes.has(key)) {
+      // a folded (superseded) attempt: its stage's current node
+      for (const [k, entry] of this.nodes) if ((entry.collapsed || []).some((f) => this.keyOf(f) === key)) { key = k; break; }
+    }
     if (this.selected && this.nodes.has(this.selected)) this.nodes.get(this.selected).el.classList.remove("selected");
     this.selected = key && this.nodes.has(key) ? key : null;
     if (this.selected) {
@@ -946,6 +951,7 @@ export class GraphView {
 
   /** The room changed (panel opened or closed, window resized): refit, or keep the selection in sight. */
   roomChanged() {
+    if (!this.container.getBoundingClientRect().width) return; // hidden (the timeline tab)
     if (!this.userMoved) this.fit();
     else if (this.selected) this.ensureVisible(this.nodes.get(this.selected));
     this.drawMinimap();

@@ -29,7 +29,15 @@ function renderEmpty() {
     ? "Not started — no stages yet." : "No stages yet.";
 }
 
+// the text alternative of a large graph is built when it is opened (not on every event while closed)
+let nodeListPending = null;
+$("node-list-wrap").addEventListener("toggle", () => {
+  if ($("node-list-wrap").open && nodeListPending) { const g = nodeListPending; nodeListPending = null; renderNodeList(g); }
+});
+
 function renderNodeList(graph) {
+  if (graph.nodes.length > 80 && !$("node-list-wrap").open) { nodeListPending = graph; return; }
+  nodeListPending = null;
   const deps = new Map();
   for (const e of graph.edges) {
     const key = graph.execution_mode === "graph" ? e.target : e.target_action_id;
@@ -42,6 +50,7 @@ function renderNodeList(graph) {
     h("td", {}, n.type),
     h("td", {}, badge(n.status)),
     h("td", {}, `${n.attempt}/${n.max_attempts}`),
+    h("td", {}, n.run ? `${graphView.durationText(n)}${n.run.ended_at ? "" : " (running)"}` : "—"),
     h("td", {}, (deps.get(graph.execution_mode === "graph" ? n.stage_id : n.id) || []).join(", ") || "—"),
     h("td", {}, (n.blocked_by || []).join("; ") || "—")));
   $("node-list").replaceChildren(...rows);
