@@ -185,7 +185,7 @@ function runLabel(run, index, row, now) {
 function signature(detail) {
   const runs = detail.runs.map((r) => `${r.id}:${r.status}:${r.ended_at || ""}`).join(",");
   const nodes = (state.graph?.nodes || []).map((n) => `${n.stage_id}:${n.name}:${n.status}`).join(",");
-  const marks = (detail.events || []).slice(0, 1).map((e) => e.id).join();
+  const marks = (detail.events || []).filter((e) => RESUMES.has(e.type) || blocksByEvent(e)).map((e) => e.id).join();
   return `${detail.id}|${detail.status}|${detail.actions.map((a) => `${a.id}:${a.status}`).join(",")}|${runs}|${nodes}|${marks}`;
 }
 
@@ -243,13 +243,13 @@ function render(force = false) {
     h("span", { class: "tl-key", dataset: { key: "attention" }, "aria-hidden": "true" }), "waiting on a person after a failure ",
     h("span", { class: "tl-key", dataset: { key: "interrupted" }, "aria-hidden": "true" }), "interrupted · a bar per run, from its claim to its end; click one to open it") : null;
   // a live redraw keeps the keyboard on the bar it was on
-  const focused = view.contains(document.activeElement) ? document.activeElement.dataset.run : null;
+  const active = view.contains(document.activeElement) ? document.activeElement : null;
   view.replaceChildren(...content, ...(legend ? [legend] : []));
-  const again = focused && view.querySelector(`.tl-bar[data-run="${CSS.escape(focused)}"]`);
-  if (again) {
-    for (const { el } of ui.bars) el.tabIndex = el === again ? 0 : -1;
-    again.focus({ preventScroll: true });
-  }
+  let again = null;
+  if (active && active.dataset.run) again = view.querySelector(`.tl-bar[data-run="${CSS.escape(active.dataset.run)}"]`);
+  else if (active && active.dataset.zoom) again = view.querySelector(`[data-zoom="${active.dataset.zoom}"]`);
+  if (again && again.dataset.run) for (const { el } of ui.bars) el.tabIndex = el === again ? 0 : -1;
+  if (again) again.focus({ preventScroll: true });
   ui.live = times.live || times.waitingOpen || !times.ended;
   ui.ticksFor = "";
   place(now);
