@@ -147,6 +147,7 @@ function openPanel(node) {
 
 function closePanel() {
   state.panelOpen = false;
+  markedRun = null;
   $("panel").hidden = true;
   $("workspace").classList.remove("with-panel");
   $("graph").focus({ preventScroll: true });

@@ -212,3 +212,25 @@ def test_a_draft_s_timeline_is_empty_without_errors(page, daphne_server, timed, 
     assert page.locator("#graph-empty").is_visible()
     assert page.locator("#item-meta [data-time=running] dd").inner_text() == "0 s"
     assert not errors
+
+
+def test_a_linear_stage_done_again_keeps_one_row_with_a_bar_per_run(page, daphne_server, timed, bg):
+    from tests.conftest import Store
+
+    errors = console_errors(page)
+    store = Store(timed.clock)
+    item = bg(store.linear, criteria=["works"], title="Linear rows")
+    # triage, implement, review asking for changes, implement again: two actions of one stage
+    for stage, extra in (("triage", {}), ("implement", {}), ("review", {"review_decision": "changes_requested"}),
+                         ("implement", {})):
+        bg(lambda s=stage, e=extra: store.complete(store.claim_item(item.pk, stage=s), **e))
+    open_timeline(page, daphne_server, item.pk)
+    rows = page.eval_on_selector_all("#runs-view .tl-row", "rows => rows.map(r => r.dataset.stage)")
+    assert rows == ["triage", "implement", "review"]
+    assert [b["status"] for b in bars(page, "implement")] == ["completed", "completed"]
+    assert len(bars(page, "review")) == 1
+    # the second implement bar opens the second implement action's panel with its run
+    second = bars(page, "implement")[1]["run"]
+    page.click(f'#runs-view .tl-bar[data-run="{second}"]')
+    page.wait_for_selector(f'#panel-body li.run.marked[data-id="{second}"]')
+    assert not errors
