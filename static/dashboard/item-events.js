@@ -35,13 +35,21 @@ function eventSummary(ev) {
   return parts.flatMap((p, i) => (i ? [" · "] : []).concat(p));
 }
 
-/** Where a changes request sends the work: a graph review names its target stage; a linear
- *  review's action.completed names the type of the next action (the stage it returns to). */
+/** Where a changes request sends the work: a graph review's event names its target stage; a
+ *  linear review's action.completed names the next action's type, and that next action (the one
+ *  appended right after the review) its stage — `exact` is false until the page knows it. */
 export function returnTarget(ev) {
   const d = ev.data || {};
-  if (ev.type === "review.changes_requested") return d.target_stage_id || "";
-  if (ev.type === "action.completed" && d.review_decision === "changes_requested") return d.next_action_type || "";
-  return "";
+  if (ev.type === "review.changes_requested") return { stage: d.target_stage_id || "", exact: true };
+  if (ev.type !== "action.completed" || d.review_decision !== "changes_requested") return { stage: "", exact: true };
+  const actions = state.detail ? state.detail.actions : [];
+  const review = actions.find((a) => a.id === ev.action_id);
+  const next = review && actions.find((a) => a.sequence === review.sequence + 1);
+  return next ? { stage: next.stage_id, exact: true } : { stage: d.next_action_type || "", exact: false };
+}
+
+function targetEl(stage) {
+  return h("span", { class: "event-target", title: `back to stage ${stage}` }, ` → ${stage}`);
 }
 
 function stageOf(ev) {
@@ -69,12 +77,12 @@ function eventRow(ev) {
   const dataset = { id: String(ev.id), type: ev.type, status: eventStatus(ev.type) };
   // an action the page does not know yet (a plan just added it): the chip follows with the detail
   if (ev.action_id && !stage) dataset.pendingStage = ev.action_id;
+  if (!target.exact) dataset.pendingTarget = "";
   return h("li", { class: "event", dataset },
     h("span", { class: "dot", dataset: { status: eventStatus(ev.type) }, "aria-hidden": "true" }),
     h("div", { class: "event-body" },
       h("div", { class: "event-line" },
-        h("span", { class: "event-type" }, ev.type,
-          target ? h("span", { class: "event-target", title: `back to stage ${target}` }, ` → ${target}`) : null),
+        h("span", { class: "event-type" }, ev.type, target.stage ? targetEl(target.stage) : null),
         stage ? stageChip(stage) : null),
       h("div", { class: "event-detail" }, eventSummary(ev)),
       h("div", { class: "event-meta" }, actorEl(ev.actor), " · ", timeEl(ev.created_at), ` · #${ev.id}`)));
@@ -98,7 +106,8 @@ function addEvents(events) {
   while (list.children.length > MAX_EVENTS) list.lastElementChild.remove();
 }
 
-/** Rows drawn before the detail knew their action get their stage chip as soon as it does. */
+/** Rows drawn before the detail knew their actions get their stage chip and their "→ stage" as
+ *  soon as it does. */
 function fillPendingStages() {
   for (const li of $("events").querySelectorAll("li.event[data-pending-stage]")) {
     const ev = state.events.get(Number(li.dataset.id));
@@ -106,6 +115,15 @@ function fillPendingStages() {
     if (!stage) continue;
     delete li.dataset.pendingStage;
     li.querySelector(".event-line").append(stageChip(stage));
+  }
+  for (const li of $("events").querySelectorAll("li.event[data-pending-target]")) {
+    const ev = state.events.get(Number(li.dataset.id));
+    const target = ev ? returnTarget(ev) : { exact: false };
+    if (!target.exact) continue;
+    delete li.dataset.pendingTarget;
+    const type = li.querySelector(".event-type");
+    type.querySelector(".event-target")?.remove();
+    if (target.stage) type.append(targetEl(target.stage));
   }
 }
 

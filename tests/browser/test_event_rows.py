@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import Clock, Store, completed, make_graph
 from workcenter.models import Event, WorkItem
 
-from .conftest import screenshot, wait_live
+from .conftest import screenshot, wait_for_js, wait_live
 from .timing import box, console_errors
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -63,18 +63,29 @@ def test_a_graph_review_requesting_changes_shows_the_stage_it_sends_the_work_bac
     assert not errors
 
 
+LINEAR_RENAMED = {"id": "renamed", "name": "Renamed stages", "execution_mode": "linear", "planning_mode": "static",
+                  "work_item_type": "change", "stages": [
+                      {"id": "triage", "type": "triage"}, {"id": "fix", "type": "implement"},
+                      {"id": "check", "type": "review", "changes_requested_stage_id": "fix"},
+                      {"id": "ship", "type": "deliver"}]}
+
+
 def test_a_linear_review_requesting_changes_shows_the_stage_it_returns_to(page, daphne_server, store, bg):
     errors = console_errors(page)
-    item = bg(store.linear, criteria=["works"], title="Linear changes")
-    for stage in ("triage", "implement"):
+    # stage ids that are not their types: the event names the next action's type ("implement"),
+    # the page names its stage ("fix")
+    item = bg(store.create, workflow=LINEAR_RENAMED, criteria=["works"], title="Linear changes")
+    for stage in ("triage", "fix"):
         bg(lambda s=stage: store.complete(store.claim_item(item.pk, stage=s)))
     open_item(page, daphne_server, item.pk)
-    bg(lambda: store.complete(store.claim_item(item.pk, stage="review"), review_decision="changes_requested"))
+    bg(lambda: store.complete(store.claim_item(item.pk, stage="check"), review_decision="changes_requested"))
     ev = event_id(bg, item.pk, "action.completed")
     data = bg(lambda: Event.objects.get(pk=ev).data)
     assert data == {"next_action_type": "implement", "review_decision": "changes_requested"}
     row(page, ev).wait_for()
-    assert row(page, ev).locator(".event-type").inner_text() == "action.completed → implement"
+    wait_for_js(page, """(id) => document.querySelector(`#events li[data-id="${id}"] .event-type`)
+        .textContent === 'action.completed → fix'""", ev)
+    assert row(page, ev).locator(".event-stage").inner_text() == "check"
     # a completion that is not a changes request has no arrow
     first = event_id(bg, item.pk, "action.completed", nth=0)
     assert "→" not in row(page, first).locator(".event-type").inner_text()
