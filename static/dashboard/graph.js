@@ -20,12 +20,12 @@ import { STATUS_ICON, STATUS_LABEL, formatDuration, runDurationMs, shortId } fro
 
 const SVG = "http://www.w3.org/2000/svg";
 const NODE_W = 224;
-const NODE_H = 84;
+const NODE_H = 78;
 const FONT_MIN = 13; // the smallest node font, in px at zoom 1 (graph.css)
 export const LEGIBLE_ZOOM = 12.25 / FONT_MIN;
 const LARGE = 80;
 const FIT_ALL_FROM = 24;
-const PAD = 20;
+const PAD = 14;
 const RING_R = 7;
 const RING_C = 2 * Math.PI * RING_R;
 const MODE_MARK = { shared: "shared", read: "read", "isolated-write": "isolated", integrate: "integrate" };
@@ -77,7 +77,7 @@ function flowPath(a, b, dir) {
 /** A chain wrapped into rows of `cols`, alternating direction so each step stays short. */
 function snakeLayout(keys, cols) {
   const gapX = 44;
-  const gapY = 40;
+  const gapY = 32;
   const nodes = new Map();
   keys.forEach((key, i) => {
     const row = Math.floor(i / cols);
@@ -108,7 +108,7 @@ function snakeLayout(keys, cols) {
 function dagreLayout(keys, pairs, dir) {
   const g = new dagre.graphlib.Graph();
   g.setGraph(dir === "TB"
-    ? { rankdir: "TB", nodesep: 22, ranksep: 36, edgesep: 10, marginx: PAD, marginy: PAD }
+    ? { rankdir: "TB", nodesep: 22, ranksep: 30, edgesep: 10, marginx: PAD, marginy: PAD }
     : { rankdir: "LR", nodesep: 18, ranksep: 50, edgesep: 10, marginx: PAD, marginy: PAD });
   g.setDefaultEdgeLabel(() => ({}));
   for (const key of keys) g.setNode(key, { width: NODE_W, height: NODE_H });
@@ -203,7 +203,7 @@ function fastLayout(keys, pairs, dir, lay) {
   const { n, pred, succ, rank, ranks } = lay;
   const along = dir === "TB" ? NODE_H : NODE_W; // size along the flow
   const across = dir === "TB" ? NODE_W : NODE_H;
-  const rankGap = dir === "TB" ? 44 : 56;
+  const rankGap = dir === "TB" ? 36 : 56;
   const sep = dir === "TB" ? 24 : 18;
   const step = across + sep;
   const c = new Float64Array(n); // cross-axis coordinate (top/left of the node)
@@ -611,11 +611,11 @@ export class GraphView {
     return `<title>${esc(tip.join("\n"))}</title>`
       + `<rect class="node-box" width="${NODE_W}" height="${NODE_H}" rx="8"/>`
       + `<rect class="node-stripe" width="4" height="${NODE_H - 14}" x="0" y="7" rx="2"/>`
-      + `<text class="node-name" x="14" y="23">${esc(clip(n.name, nameChars))}</text>`
-      + `<text class="node-sub" x="14" y="42">${esc(clip(n.type, 12))} · ${attempt} · <tspan class="mode" data-mode="${esc(n.workspace_mode)}">${esc(mode)}</tspan></text>`
-      + `<text class="node-status" x="14" y="60">${esc(STATUS_ICON[n.status] || "•")} ${esc(label)}`
+      + `<text class="node-name" x="14" y="22">${esc(clip(n.name, nameChars))}</text>`
+      + `<text class="node-sub" x="14" y="39">${esc(clip(n.type, 12))} · ${attempt} · <tspan class="mode" data-mode="${esc(n.workspace_mode)}">${esc(mode)}</tspan></text>`
+      + `<text class="node-status" x="14" y="56">${esc(STATUS_ICON[n.status] || "•")} ${esc(label)}`
       + `${dur ? ` · <tspan class="node-dur">${esc(dur)}</tspan>` : ""}</text>`
-      + (extra ? `<text class="${extra.cls}" x="14" y="77">${esc(extra.text)}</text>` : "")
+      + (extra ? `<text class="${extra.cls}" x="14" y="72">${esc(extra.text)}</text>` : "")
       + right.join("");
   }
 
