@@ -23,6 +23,17 @@ ALL_INSIDE = """() => {
 }"""
 
 
+# the stages whose box is on screen in the graph, and how many of them are drawn without their text
+VISIBLE_TEXT = """() => {
+    const g = document.getElementById('graph').getBoundingClientRect();
+    const on = [...document.querySelectorAll('#graph g.node')].filter(n => {
+        const b = n.querySelector('.node-box').getBoundingClientRect();
+        return b.right > g.left && b.left < g.right && b.bottom > g.top && b.top < g.bottom;
+    });
+    return {visible: on.length, without_text: on.filter(n => !n.querySelector('.node-name')).length};
+}"""
+
+
 @pytest.fixture
 def store(transactional_db, bg):
     return ThreadedStore(bg)
@@ -73,6 +84,17 @@ def test_large_graph_layout_and_draw_time_and_fit(page, daphne_server, store, si
     assert spread <= 4, size_px
     if size == 200 and shape == "layered":
         screenshot(page, "graph-200-1280-light.png")
+    # the minimap moves the view: a click on the last stage's spot in it shows that part, in full
+    before = page.evaluate("({...window.__wcGraph.view})")
+    box = page.locator("#graph canvas.minimap").bounding_box()
+    spot = page.evaluate("""() => { const v = window.__wcGraph, e = v.nodes.get(v.keys[v.keys.length - 1]);
+        return {x: (e.x + 112) * v.minimapScale, y: (e.y + 39) * v.minimapScale}; }""")
+    page.mouse.click(box["x"] + spot["x"], box["y"] + spot["y"])
+    page.wait_for_timeout(200)
+    after = page.evaluate("({...window.__wcGraph.view})")
+    assert after["k"] == before["k"] and (after["x"], after["y"]) != (before["x"], before["y"])
+    seen = page.evaluate(VISIBLE_TEXT)
+    assert seen["visible"] > 0 and seen["without_text"] == 0, seen
     # Fit shows every node inside the graph's box
     page.click("#fit")
     page.wait_for_timeout(500)
