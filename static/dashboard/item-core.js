@@ -4,7 +4,8 @@
 //
 // Kinds: "detail" (a WorkItemDetail was loaded), "graph" (a Graph was drawn), "events" (events
 // to show, any order), "event" (one live event), "progress" (a live progress message), "select"
-// and "open" (a node selected / opened in the graph).
+// and "open" (a node selected / opened in the graph), "open-run" (the timeline asks the panel to
+// show one run) and "tick" (once a second, the page's one clock).
 import { readConfig } from "./common.js";
 import { GraphView } from "./graph.js";
 

@@ -106,4 +106,4 @@ function tick() {
 
 on("detail", render);
 on("graph", () => { if (state.detail) render(); });
-setInterval(tick, 1000);
+on("tick", tick);

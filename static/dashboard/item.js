@@ -146,5 +146,6 @@ const stream = new LiveStream(`/ws/work-items/${encodeURIComponent(itemId)}/`, {
 });
 window.__wcStream = stream;
 
-startTicker(() => graphView.tick());
+// one clock for the page: graph nodes, header, panel, timeline and banner tick in the same task
+startTicker(() => { graphView.tick(); emit("tick"); });
 Promise.all([loadGraph(), loadDetail()]).then(() => stream.start());

@@ -98,7 +98,8 @@ def integration_acquire(*, action_id: str | None, run_id: str, owner_boot_id: st
         })
         common.guarded_update(Action.objects.filter(pk=action.pk, current_run_id=run_id, lease_epoch=lease_epoch),
                               workspace=new_ws)
-        common.guarded_update(Run.objects.filter(pk=run_id, status="running"), expires_at=expires)
+        # the reservation renews the lease: the page's "no heartbeat" clock restarts with it
+        common.guarded_update(Run.objects.filter(pk=run_id, status="running"), expires_at=expires, renewed_at=now)
         action.workspace = new_ws
         return Reservation(action=action, token=token, expires_at=expires)
 

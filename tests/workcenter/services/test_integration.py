@@ -29,6 +29,22 @@ def test_integration_acquire_moves_run_expiry(store, clock):
     assert (res.expires_at - clock()).total_seconds() == pytest.approx(10, abs=0.01)
 
 
+def test_integration_acquire_renews_the_lease_it_extends(store, clock):
+    # the reservation is a renewal: the page's "no heartbeat" clock restarts with it
+    item = make_graph(store, [{"id": "w", "mode": "isolated-write"},
+                              {"id": "i", "type": "integrate", "mode": "integrate", "deps": ["w"]}])
+    store.complete(store.claim())
+    c = store.claim()
+    fence = dict(run_id=c.run.pk, owner_boot_id=c.run.owner_boot_id, lease_epoch=c.run.lease_epoch)
+    services.integration_set_workspace(action_id=c.action.pk, workspace={"integration": {"status": "prepared"}},
+                                       now=store.now(), **fence)
+    clock.tick(5_000)
+    res = services.integration_acquire(action_id=c.action.pk, reservation_ms=30_000, now=store.now(), **fence)
+    run = Run.objects.get(pk=c.run.pk)
+    assert run.renewed_at == clock() > run.started_at
+    assert run.expires_at - run.renewed_at == res.expires_at - clock()
+
+
 def test_integration_acquire_requires_prepared_integrate(store):
     item = make_graph(store, [{"id": "i", "type": "integrate", "mode": "integrate"}])
     c = store.claim()
