@@ -7,6 +7,7 @@ import os
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from django.db import connection
 from workcenter import events
 from workcenter.auth import api_token_create
 
+from tests.conftest import Clock, Store, make_graph
 from tests.live import ROOT
 
 from .live import CHROMIUM, CHROMIUM_ARGS, LiveServer, redis_layer
@@ -159,3 +161,19 @@ def wait_for_js(page, expression: str, arg=None, timeout: float = 10_000) -> Non
 
 def wait_live(page) -> None:
     page.wait_for_selector('#conn[data-state="live"]')
+
+
+class ThreadedStore:
+    """The shared test driver (tests/conftest.py), every call made on the store thread. `behind`
+    starts its clock that far before the wall clock (runs that began, or waited, that long ago)."""
+
+    def __init__(self, bg, behind: timedelta = timedelta(0)):
+        self._store = Store(Clock(datetime.now(timezone.utc) - behind) if behind else Clock())
+        self._bg = bg
+
+    def __getattr__(self, name):
+        attr = getattr(self._store, name)
+        return (lambda *a, **k: self._bg(attr, *a, **k)) if callable(attr) else attr
+
+    def graph(self, stages, **kw):
+        return self._bg(make_graph, self._store, stages, **kw)

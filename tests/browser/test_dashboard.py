@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from tests.conftest import Clock, Store, completed, make_graph
+from tests.conftest import completed
 from workcenter import services
 from workcenter.models import Action
 
-from .conftest import screenshot, wait_for_js, wait_live
+from .conftest import ThreadedStore, screenshot, wait_for_js, wait_live
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,21 +21,6 @@ DIAMOND = [
     {"id": "docs", "deps": ["survey"], "type": "write"},
     {"id": "ship", "deps": ["check", "docs"], "type": "deliver"},
 ]
-
-
-class ThreadedStore:
-    """The shared test driver (tests/conftest.py), every call made on the store thread."""
-
-    def __init__(self, bg):
-        self._store = Store(Clock())
-        self._bg = bg
-
-    def __getattr__(self, name):
-        attr = getattr(self._store, name)
-        return (lambda *a, **k: self._bg(attr, *a, **k)) if callable(attr) else attr
-
-    def graph(self, stages, **kw):
-        return self._bg(make_graph, self._store, stages, **kw)
 
 
 @pytest.fixture
@@ -263,7 +248,7 @@ def test_an_admin_resets_a_stuck_action_in_django_admin_and_the_graph_shows_it(p
     finally:
         admin_ctx.close()
     # then the lead's graph shows the node ready again, live, and the timeline names the admin
-    page.wait_for_selector('#graph g.node[data-stage="measure"][data-status="ready"]', timeout=5000)
+    page.wait_for_selector('#graph g.node[data-stage="measure"][data-status="ready"]', timeout=10_000)
     assert page.evaluate("window.__sameDocument") is True
     page.wait_for_selector('#events li[data-type="action.reset"]')
     assert "admin:root" in page.locator('#events li[data-type="action.reset"]').inner_text()

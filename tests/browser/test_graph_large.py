@@ -9,7 +9,8 @@ import pytest
 from workcenter import services
 
 from .conftest import screenshot, wait_for_js, wait_live
-from .test_dashboard import ThreadedStore, _layered_stages
+from .conftest import ThreadedStore
+from .test_dashboard import _layered_stages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,7 +14,7 @@ from workcenter import services
 from workcenter.models import Run
 
 from .conftest import screenshot, wait_for_js, wait_live
-from .test_dashboard import ThreadedStore
+from .conftest import ThreadedStore
 from .timing import TimedStore, format_duration, ms_between
 
 pytestmark = pytest.mark.django_db(transaction=True)

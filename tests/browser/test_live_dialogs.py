@@ -2,20 +2,22 @@
 stream, says what changed before the lead confirms, and never overwrites what the lead typed."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from workcenter import services
 from workcenter.models import Action, WorkItem
 
-from .conftest import screenshot, wait_for_js, wait_live
-from .test_needs_me import ThreadedStore, open_item, shots
+from .conftest import ThreadedStore, screenshot, wait_for_js, wait_live
+from .test_needs_me import WAITED_S, open_item, shots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def store(transactional_db, bg):
-    return ThreadedStore(bg)
+    return ThreadedStore(bg, behind=timedelta(seconds=WAITED_S))
 
 
 class Problems(list):

@@ -9,34 +9,18 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tests.conftest import Clock, Store, make_graph
 from workcenter.models import Action, Run, WorkItem
 
-from .conftest import screenshot, wait_for_js, wait_live
+from .conftest import ThreadedStore, screenshot, wait_for_js, wait_live
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 WAITED_S = 95  # the store's clock runs this far behind the wall clock: the stages have waited that long
 
 
-class ThreadedStore:
-    """The shared test driver (tests/conftest.py) on the store thread, its clock WAITED_S behind."""
-
-    def __init__(self, bg):
-        self._store = Store(Clock(datetime.now(timezone.utc) - timedelta(seconds=WAITED_S)))
-        self._bg = bg
-
-    def __getattr__(self, name):
-        attr = getattr(self._store, name)
-        return (lambda *a, **k: self._bg(attr, *a, **k)) if callable(attr) else attr
-
-    def graph(self, stages, **kw):
-        return self._bg(make_graph, self._store, stages, **kw)
-
-
 @pytest.fixture
 def store(transactional_db, bg):
-    return ThreadedStore(bg)
+    return ThreadedStore(bg, behind=timedelta(seconds=WAITED_S))
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ import re
 import pytest
 
 from .conftest import screenshot, wait_live
-from .test_dashboard import DIAMOND, ThreadedStore
+from .conftest import ThreadedStore
+from .test_dashboard import DIAMOND
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
