@@ -152,11 +152,6 @@ def events_after(*, after_id: int = 0, item_id: str | None = None, limit=None) -
         return list(qs.order_by("id")[: clamp_limit(limit, default=200, maximum=1000)])
 
 
-def completed_runs(item_id: str) -> list[Run]:
-    return list(Run.objects.filter(work_item_id=item_id).exclude(status="running")
-                .select_related("action").order_by("ended_at", "started_at"))
-
-
 def action_resume_context(action_id: str, exclude_run_id: str | None = None) -> dict | None:
     """DOMAIN §9.3: bounded resume data from the action's interrupted/retryable runs."""
     from .services.normalize import normalize_checkpoint

@@ -12,7 +12,6 @@ import logging
 import re
 import select
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol

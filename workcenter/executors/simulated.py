@@ -15,7 +15,6 @@ import hashlib
 import os
 import random
 import threading
-import time
 from typing import Callable
 
 from . import acceptance_checks

@@ -25,7 +25,6 @@ from django.utils.dateparse import parse_datetime
 from .. import clock
 from ..errors import FenceLost, InvalidState, NotFound, ReservationActive
 from ..models import (
-    COUNTER_FIELDS,
     Action,
     ActionStatus,
     Run,
@@ -552,10 +551,6 @@ def apply_progress_fields(values: dict) -> dict:
     return out
 
 
-def counters_zero() -> dict:
-    return {f: 0 for f in COUNTER_FIELDS}
-
-
 MAX_DURATION_MS = 2**31 - 1  # about 24.8 days: longer leases are input errors, not overflows
 
 
@@ -851,30 +846,9 @@ def _sql(name: str, conn=None) -> str:
     return text
 
 
-_KINDS: dict = {}
-
-
-def db_value(field, value, ops=None):
-    """What `field.get_db_prep_save(value, connection)` returns for the values the services write
-    (JSON, datetimes, plain scalars), without its generic per-call work. Callers adapting many
-    values pass `ops` (`connection.ops`): each lookup through the connection proxy costs more
-    than the adaptation."""
-    if value is None:
-        return None
-    kind = _KINDS.get(field)
-    if kind is None:
-        kind = _KINDS[field] = field.get_internal_type()
-    if kind == "JSONField":
-        return (ops or connection.ops).adapt_json_value(value, field.encoder)
-    if kind == "DateTimeField":
-        return (ops or connection.ops).adapt_datetimefield_value(value)
-    if kind == "BooleanField":
-        return bool(value)
-    return value
-
-
 def adapters(fields) -> list:
-    """Per field, what `db_value` does to its values: ("json", encoder), ("dt", None),
+    """Per field, how the services adapt its values for the database (what
+    `field.get_db_prep_save` would do, without its per-call work): ("json", encoder), ("dt", None),
     ("bool", None) or None (passed as is); `db_values` applies them."""
     out = []
     for f in fields:
@@ -885,7 +859,7 @@ def adapters(fields) -> list:
 
 
 def db_values(adapts: list, values: Iterable, ops) -> list:
-    """`db_value` over a row: the values adapted by the `adapters` of their fields."""
+    """A row's values adapted by the `adapters` of their fields."""
     out = []
     for adapt, value in zip(adapts, values):
         if value is None or adapt is None:
@@ -918,18 +892,6 @@ def update_sql(conn, model, pk: str, values: dict, where: str = "", params: Iter
     args.append(pk)
     args.extend(params)
     return sql, args
-
-
-def raw_update(cur, model, pk: str, values: dict, where: str = "", params: Iterable = ()) -> int:
-    """`update_sql` executed now; returns the row count."""
-    hot_execute(cur, *update_sql(cur.db, model, pk, values, where, params))
-    return cur.rowcount
-
-
-def guarded_raw_update(cur, model, pk: str, values: dict, where: str = "", params: Iterable = ()) -> None:
-    """`raw_update` that must hit exactly one row; otherwise the transaction rolls back (DOMAIN §2.7)."""
-    if raw_update(cur, model, pk, values, where, params) != 1:
-        raise FenceLost("stale Run: a guarded update lost its fence; nothing was changed")
 
 
 class Writes:

@@ -4,9 +4,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-from ..errors import InvalidInput, NotFound
 from ..models import Action, ActionStatus, Run
 from . import common
 from .common import resolve_now, store_transaction
@@ -31,31 +29,6 @@ def _fenced(run_id, owner_boot_id, lease_epoch, action_id, now, *, require_live)
     if lease is None or (action_id is not None and lease.action.pk != action_id):
         return None
     return lease
-
-
-def action_set_workspace(*, action_id: str, workspace: Any, mode: str | None = None, now: datetime | None = None) -> Action:
-    """Unfenced workspace write (DOMAIN §10.1), e.g. isolated-write falling back to shared."""
-    if mode is not None and mode not in ("shared", "read", "isolated-write", "integrate"):
-        raise InvalidInput(f"unknown workspace mode: {mode}", fields=["workspace_mode"])
-    with store_transaction():
-        now = resolve_now(now)
-        item_id = Action.objects.filter(pk=action_id).values_list("work_item_id", flat=True).first()
-        if item_id is None:
-            raise NotFound(f"Action not found: {action_id}")
-        item = common.lock_item(item_id)
-        if mode is not None:
-            # a mode change of a running action changes what may run beside it: hold its workspace
-            common.workspace_lock(item.workspace_key)
-        action = Action.objects.select_for_update().get(pk=action_id)
-        values = {"workspace": workspace if isinstance(workspace, dict) else None}
-        if mode is not None:
-            values["workspace_mode"] = mode
-        # unfenced by lease (DOMAIN §10.1), but guarded on the row as locked: same item, same mode
-        common.guarded_update(Action.objects.filter(pk=action.pk, work_item_id=item.pk,
-                                                    workspace_mode=action.workspace_mode), **values)
-        for k, v in values.items():
-            setattr(action, k, v)
-        return action
 
 
 def integration_set_workspace(*, action_id: str | None, run_id: str, owner_boot_id: str, lease_epoch: int,

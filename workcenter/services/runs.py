@@ -30,12 +30,6 @@ def _check_triple(run_id: Any, owner_boot_id: Any, lease_epoch: Any) -> None:
         raise InvalidInput("run_id, owner_boot_id and an integer lease_epoch are required", fields=errors)
 
 
-def run_is_active(*, run_id: str, owner_boot_id: str, lease_epoch: int, now: datetime | None = None) -> bool:
-    with store_transaction():
-        lease, _ = common.load_lease(run_id, owner_boot_id, lease_epoch, resolve_now(now), require_live=True)
-        return lease is not None
-
-
 def run_renew(*, run_id: str, owner_boot_id: str, lease_epoch: int, lease_ms: int = 60_000,
               now: datetime | None = None) -> Run | None:
     """Move the lease expiry to now + lease_ms; None when the fence (live lease) fails."""
