@@ -529,8 +529,8 @@ def _attach_attention(items: dict[str, WorkItem]) -> None:
             text = reason or ""
         else:
             text = error or (f"the last run ended {status}" if status else "")
-        graph = (item.workflow_snapshot or {}).get("execution_mode") == "graph"
-        count = item.action_counts.get(ActionStatus.WAITING if waiting else ActionStatus.FAILED, 0) if graph else 1
+        count = (item.action_counts.get(ActionStatus.WAITING if waiting else ActionStatus.FAILED, 0)
+                 if item.execution_mode == "graph" else 1)
         item.attention = {
             "kind": "waiting" if waiting else "failed",
             "action_id": action_id,
