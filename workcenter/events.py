@@ -34,7 +34,7 @@ logger = logging.getLogger("workcenter.events")
 # stream read (`stream_read`) takes it EXCLUSIVE for the length of the read, which waits until
 # every id already drawn has committed or rolled back and holds back new draws meanwhile. What a
 # stream read returns is therefore a prefix that can never grow from below.
-_EVENT_ORDER_LOCK = int.from_bytes(hashlib.blake2b(b"workcenter.events", digest_size=8).digest(), "big", signed=True)
+EVENT_ORDER_LOCK = int.from_bytes(hashlib.blake2b(b"workcenter.events", digest_size=8).digest(), "big", signed=True)
 
 
 @contextlib.contextmanager
@@ -48,7 +48,7 @@ def stream_read():
         return
     with transaction.atomic():
         with connection.cursor() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", [_EVENT_ORDER_LOCK])
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [EVENT_ORDER_LOCK])
         yield
 
 
@@ -111,7 +111,7 @@ def event_append(
     d = event.__dict__
     params = db_values(_EVENT_ADAPTERS, [d[f.attname] for f in _EVENT_FIELDS], conn.ops)
     if conn.vendor == "postgresql":
-        params.append(_EVENT_ORDER_LOCK)
+        params.append(EVENT_ORDER_LOCK)
     if writes is not None:
         writes.add(_event_insert_sql(conn), params, returning='"id"', on_result=lambda v: setattr(event, "id", v))
     else:

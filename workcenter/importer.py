@@ -34,7 +34,7 @@ from typing import Any, Iterable
 from django.db import DataError, IntegrityError, connection
 
 from .errors import InvalidInput
-from .events import _EVENT_ORDER_LOCK
+from .events import EVENT_ORDER_LOCK
 from .models import (
     COUNTER_FIELDS,
     Action,
@@ -495,7 +495,7 @@ def _write(src: SourceRows) -> dict[str, Any]:
         if connection.vendor == "postgresql":
             # The stream key of events.event_append, taken exclusively: stream readers wait for the import's commit.
             with connection.cursor() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", [_EVENT_ORDER_LOCK])
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", [EVENT_ORDER_LOCK])
         # One row at a time in source order: the new ids follow the original id order.
         for event in events:
             event.save(force_insert=True)

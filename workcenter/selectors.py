@@ -545,7 +545,7 @@ def _attach_attention(items: dict[str, WorkItem]) -> None:
 def _stream_read_if(wait: bool):
     """`stream_read()`, or with `wait=False` on PostgreSQL its non-blocking form: yields whether
     the stream key is held (the read is then the same prefix `stream_read` gives)."""
-    from .events import _EVENT_ORDER_LOCK
+    from .events import EVENT_ORDER_LOCK
 
     if wait or connection.vendor != "postgresql":
         with stream_read():
@@ -553,7 +553,7 @@ def _stream_read_if(wait: bool):
         return
     with transaction.atomic():
         with connection.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [_EVENT_ORDER_LOCK])
+            cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [EVENT_ORDER_LOCK])
             granted = bool(cur.fetchone()[0])
         yield granted
 
