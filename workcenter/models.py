@@ -55,6 +55,20 @@ class WorkspaceMode(models.TextChoices):
     INTEGRATE = "integrate", "integrate"
 
 
+class ExecutionMode(models.TextChoices):
+    LINEAR = "linear", "linear"  # one current action at a time, in stage order
+    GRAPH = "graph", "graph"  # every ready action whose dependencies completed may run
+
+    @classmethod
+    def of(cls, snapshot) -> "ExecutionMode":
+        """The mode a workflow snapshot declares (`execution_mode`, or `executionMode` as the
+        reference design wrote it): graph only when it says so; no snapshot or mode ⇒ linear (§2.2)."""
+        if not isinstance(snapshot, dict):
+            return cls.LINEAR
+        mode = snapshot.get("execution_mode", snapshot.get("executionMode"))
+        return cls.GRAPH if mode == cls.GRAPH else cls.LINEAR
+
+
 OPEN_ACTION_STATUSES = (ActionStatus.READY, ActionStatus.RUNNING, ActionStatus.WAITING)
 TERMINAL_ITEM_STATUSES = (WorkItemStatus.DONE, WorkItemStatus.CANCELLED)
 
@@ -92,8 +106,7 @@ class WorkItem(models.Model):
 
     @property
     def execution_mode(self) -> str:
-        snap = self.workflow_snapshot or {}
-        return "graph" if snap.get("execution_mode") == "graph" else "linear"
+        return ExecutionMode.of(self.workflow_snapshot)
 
 
 class Action(models.Model):
