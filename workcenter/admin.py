@@ -69,7 +69,7 @@ def json_view(field: str):
 
 
 def when(value: datetime | None) -> str:
-    return value.isoformat(timespec="milliseconds") if value else "—"
+    return clock.iso_ms(value) if value else "—"
 
 
 # --- filters ---------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
-"""Workflow definitions, planning snapshots and triage-plan validation (DOMAIN §4, §7.4).
+"""Workflow definitions: normalisation, defaults and the linear next step (DOMAIN §4.1-§4.2, §4.5, §7.4).
 
-Pure functions over plain dicts: no database, no models. Every key is snake_case (DOMAIN §0);
+Pure functions over plain dicts: no database access (the models give only their mode enums).
+Planning snapshots and triage plans (§4.3-§4.4) are workcenter.services.planning. Every key is
+snake_case (DOMAIN §0);
 camelCase keys of the reference design are accepted as input aliases only, so reference
 snapshots can be imported. Messages carry the keywords of DOMAIN §17.
 
@@ -14,7 +16,10 @@ import math
 import re
 from typing import Any
 
-from workcenter.errors import PlanError, WorkflowError
+from workcenter.errors import WorkflowError
+from workcenter.models import ExecutionMode, WorkspaceMode
+
+from .normalize import normalize_brief
 
 ACTION_TYPES: tuple[str, ...] = (
     "triage",
@@ -32,7 +37,6 @@ ACTION_TYPES: tuple[str, ...] = (
     "write",
     "custom",
 )
-WORKSPACE_MODES: tuple[str, ...] = ("shared", "read", "isolated-write", "integrate")
 LEGACY_ASSIGNEES: dict[str, str] = {
     "triage": "omni",
     "implement": "linus",
@@ -45,12 +49,9 @@ MODEL_MODES = ("inherit", "primary", "fast", "specific")
 MODEL_EFFORTS = ("minimal", "low", "medium", "high", "xhigh", "max")
 
 MAX_TYPE_LEN = 64
-MAX_PLAN_ACTIONS = 8
-MAX_BRIEF_LEN = 2_000
 MAX_NAME_LEN = 120
 MAX_GLOBAL_INSTRUCTIONS_LEN = 20_000
 DEFAULT_MAX_ATTEMPTS = 2
-PLANNING_WORKFLOW_ID = "ai-planned"
 DEFAULT_WORKFLOW_ID = "software-change"
 
 _BUILT_IN = frozenset(ACTION_TYPES)
@@ -244,7 +245,7 @@ _SOFTWARE_CHANGE_STAGES: tuple[dict[str, Any], ...] = (
 # --------------------------------------------------------------------------- small helpers
 
 
-def _get(raw: dict, key: str, alias: str | None = None, default: Any = None) -> Any:
+def read_key(raw: dict, key: str, alias: str | None = None, default: Any = None) -> Any:
     """`raw[key]`, else the reference design's camelCase `raw[alias]`, else `default`."""
     if key in raw:
         return raw[key]
@@ -253,22 +254,22 @@ def _get(raw: dict, key: str, alias: str | None = None, default: Any = None) -> 
     return default
 
 
-def _has(raw: dict, key: str, alias: str | None = None) -> bool:
+def has_key(raw: dict, key: str, alias: str | None = None) -> bool:
     return key in raw or (alias is not None and alias in raw)
 
 
-def _as_dict(value: Any) -> dict:
+def as_dict(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _text(value: Any, max_len: int | None = None) -> str:
+def clean_text(value: Any, max_len: int | None = None) -> str:
     if not isinstance(value, str):
         return ""
     text = value.strip()
     return text[:max_len] if max_len is not None else text
 
 
-def _unique_strings(value: Any) -> list[str]:
+def unique_strings(value: Any) -> list[str]:
     """Trimmed, deduplicated (first occurrence wins), blanks dropped; never slugged."""
     if not isinstance(value, (list, tuple)):
         return []
@@ -292,7 +293,7 @@ def clean_id(value: Any, fallback: str, *, max_len: int | None = None) -> str:
     return slug or fallback
 
 
-def _clamp_attempts(value: Any) -> int:
+def clamp_attempts(value: Any) -> int:
     if isinstance(value, bool):
         return DEFAULT_MAX_ATTEMPTS
     if isinstance(value, str):
@@ -305,32 +306,31 @@ def _clamp_attempts(value: Any) -> int:
     return int(min(max(value, 1), 5))
 
 
-def _is_built_in(action_type: Any) -> bool:
+def workspace_mode_or_shared(value: Any) -> str:
+    """A known workspace mode as given; anything else is `shared`."""
+    return value if value in WorkspaceMode.values else WorkspaceMode.SHARED.value
+
+
+def is_built_in(action_type: Any) -> bool:
     return isinstance(action_type, str) and action_type in _BUILT_IN
 
 
 def default_policy_text(action_type: Any) -> str:
     """Built-in policy text of a type; unknown types get `custom`'s."""
-    key = action_type if _is_built_in(action_type) else "custom"
+    key = action_type if is_built_in(action_type) else "custom"
     return _POLICY_TEXTS.get(key) or _POLICY_TEXTS["custom"]
 
 
 def default_brief(action_type: Any) -> dict[str, str]:
     """Built-in `{objective, approach, expected_outcome}` of a type; unknown types get `custom`'s."""
-    key = action_type if _is_built_in(action_type) else "custom"
+    key = action_type if is_built_in(action_type) else "custom"
     objective, approach, expected_outcome = _BRIEFS.get(key) or _BRIEFS["custom"]
     return {"objective": objective, "approach": approach, "expected_outcome": expected_outcome}
 
 
-def normalize_brief(raw: Any, action_type: Any) -> dict[str, str]:
-    """A brief with each blank field replaced by the type's default (≤ 2 000 chars each)."""
-    source = _as_dict(raw)
-    defaults = default_brief(action_type)
-    aliases = {"expected_outcome": "expectedOutcome"}
-    return {
-        key: _text(_get(source, key, aliases.get(key)), MAX_BRIEF_LEN) or default
-        for key, default in defaults.items()
-    }
+def type_brief(raw: Any, action_type: Any) -> dict[str, str]:
+    """`raw`'s brief with each blank field taken from the type's default (normalize_brief)."""
+    return normalize_brief(raw, default_brief(action_type))
 
 
 def normalize_assignment_policy(raw: Any, action_type: str) -> dict[str, Any]:
@@ -339,12 +339,12 @@ def normalize_assignment_policy(raw: Any, action_type: str) -> dict[str, Any]:
     A `fixed` policy without an id, or a `pool` without candidates, cannot be honoured and
     degrades to `auto` rather than rejecting the whole workflow.
     """
-    source = _as_dict(raw)
+    source = as_dict(raw)
     mode = source.get("mode")
     if mode not in ASSIGNMENT_MODES:
         mode = "auto"
-    vp_id = _text(_get(source, "vp_id", "fixedVpId")) or _text(source.get("fixed_vp_id")) or None
-    candidates = _unique_strings(_get(source, "candidate_vp_ids", "candidateVpIds"))
+    vp_id = clean_text(read_key(source, "vp_id", "fixedVpId")) or clean_text(source.get("fixed_vp_id")) or None
+    candidates = unique_strings(read_key(source, "candidate_vp_ids", "candidateVpIds"))
     if (mode == "fixed" and not vp_id) or (mode == "pool" and not candidates):
         mode = "auto"
     return {
@@ -352,19 +352,19 @@ def normalize_assignment_policy(raw: Any, action_type: str) -> dict[str, Any]:
         "capability": clean_id(source.get("capability"), action_type, max_len=MAX_TYPE_LEN),
         "candidate_vp_ids": candidates,
         "vp_id": vp_id if mode == "fixed" else None,
-        "separate_from_stage_types": _unique_strings(
-            _get(source, "separate_from_stage_types", "separateFromStageTypes")
+        "separate_from_stage_types": unique_strings(
+            read_key(source, "separate_from_stage_types", "separateFromStageTypes")
         ),
     }
 
 
 def normalize_model_policy(raw: Any) -> dict[str, Any]:
     """{mode, model, effort}; `specific` without a model degrades to `inherit` [PERIPH]."""
-    source = _as_dict(raw)
+    source = as_dict(raw)
     mode = source.get("mode")
     if mode not in MODEL_MODES:
         mode = "inherit"
-    model = _text(source.get("model")) or None
+    model = clean_text(source.get("model")) or None
     if mode == "specific" and not model:
         mode = "inherit"
     effort = source.get("effort")
@@ -385,30 +385,30 @@ def _normalize_type(raw_type: Any, planning_mode: str) -> str:
 
 def normalize_stage(raw: Any, index: int, *, planning_mode: str = "static") -> dict[str, Any]:
     """One stage of DOMAIN §4.1 (uniqueness and review targets are checked per workflow)."""
-    source = _as_dict(raw)
+    source = as_dict(raw)
     action_type = _normalize_type(source.get("type"), planning_mode)
     stage_id = clean_id(source.get("id"), f"{action_type}-{index + 1}")
-    workspace_mode = _get(source, "workspace_mode", "workspaceMode")
+    workspace_mode = read_key(source, "workspace_mode", "workspaceMode")
     stage: dict[str, Any] = {
         "id": stage_id,
-        "name": _text(source.get("name"), MAX_NAME_LEN) or stage_id,
+        "name": clean_text(source.get("name"), MAX_NAME_LEN) or stage_id,
         "type": action_type,
-        **normalize_brief(source, action_type),
-        "instruction": _text(source.get("instruction")) or default_policy_text(action_type),
+        **type_brief(source, action_type),
+        "instruction": clean_text(source.get("instruction")) or default_policy_text(action_type),
         "assignment_policy": normalize_assignment_policy(
-            _get(source, "assignment_policy", "assignmentPolicy"), action_type
+            read_key(source, "assignment_policy", "assignmentPolicy"), action_type
         ),
-        "model_policy": normalize_model_policy(_get(source, "model_policy", "modelPolicy")),
-        "depends_on_stage_ids": _unique_strings(
-            _get(source, "depends_on_stage_ids", "dependsOnStageIds")
+        "model_policy": normalize_model_policy(read_key(source, "model_policy", "modelPolicy")),
+        "depends_on_stage_ids": unique_strings(
+            read_key(source, "depends_on_stage_ids", "dependsOnStageIds")
         ),
-        "workspace_mode": workspace_mode if workspace_mode in WORKSPACE_MODES else "shared",
-        "max_attempts": _clamp_attempts(_get(source, "max_attempts", "maxAttempts")),
+        "workspace_mode": workspace_mode_or_shared(workspace_mode),
+        "max_attempts": clamp_attempts(read_key(source, "max_attempts", "maxAttempts")),
         "changes_requested_stage_id": None,
     }
     if action_type == "review":
         stage["changes_requested_stage_id"] = clean_id(
-            _get(source, "changes_requested_stage_id", "changesRequestedStageId"), "implement"
+            read_key(source, "changes_requested_stage_id", "changesRequestedStageId"), "implement"
         )
     return stage
 
@@ -432,7 +432,7 @@ def _check_review_targets(stages: list[dict[str, Any]]) -> None:
 
 def _normalize_type_map(raw: Any, normalize_value) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key, value in _as_dict(raw).items():
+    for key, value in as_dict(raw).items():
         action_type = clean_id(key, "", max_len=MAX_TYPE_LEN)
         normalized = normalize_value(value)
         if action_type and normalized is not None:
@@ -448,9 +448,10 @@ def normalize_workflow(raw: Any, index: int = 0) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise WorkflowError("Workflow definition must be an object")
     workflow_id = clean_id(raw.get("id"), f"workflow-{index + 1}")
-    planning_mode = "ai" if _get(raw, "planning_mode", "planningMode") == "ai" else "static"
-    requested_mode = _get(raw, "execution_mode", "executionMode")
-    execution = "graph" if planning_mode == "ai" and requested_mode == "graph" else "linear"
+    planning_mode = "ai" if read_key(raw, "planning_mode", "planningMode") == "ai" else "static"
+    requested_mode = read_key(raw, "execution_mode", "executionMode")
+    execution = ExecutionMode.GRAPH if planning_mode == "ai" and requested_mode == ExecutionMode.GRAPH \
+        else ExecutionMode.LINEAR
     raw_stages = raw.get("stages")
     if not isinstance(raw_stages, (list, tuple)) or not raw_stages:
         raise WorkflowError(f'Workflow "{workflow_id}" requires at least one stage')
@@ -466,7 +467,7 @@ def normalize_workflow(raw: Any, index: int = 0) -> dict[str, Any]:
     if planning_mode == "static":
         _check_review_targets(stages)
 
-    raw_templates = _get(raw, "action_templates", "actionTemplates")
+    raw_templates = read_key(raw, "action_templates", "actionTemplates")
     templates = (
         [normalize_workflow(t, i) for i, t in enumerate(raw_templates)]
         if isinstance(raw_templates, (list, tuple))
@@ -475,23 +476,23 @@ def normalize_workflow(raw: Any, index: int = 0) -> dict[str, Any]:
     return {
         "version": 1,
         "id": workflow_id,
-        "name": _text(raw.get("name"), MAX_NAME_LEN) or workflow_id,
+        "name": clean_text(raw.get("name"), MAX_NAME_LEN) or workflow_id,
         "planning_mode": planning_mode,
-        "execution_mode": execution,
+        "execution_mode": execution.value,
         "work_item_type": clean_id(
-            _get(raw, "work_item_type", "workItemType"), "", max_len=MAX_TYPE_LEN
+            read_key(raw, "work_item_type", "workItemType"), "", max_len=MAX_TYPE_LEN
         ) or None,
-        "global_instructions": _text(
-            _get(raw, "global_instructions", "globalInstructions"), MAX_GLOBAL_INSTRUCTIONS_LEN
+        "global_instructions": clean_text(
+            read_key(raw, "global_instructions", "globalInstructions"), MAX_GLOBAL_INSTRUCTIONS_LEN
         ),
-        "model_policy": normalize_model_policy(_get(raw, "model_policy", "modelPolicy")),
+        "model_policy": normalize_model_policy(read_key(raw, "model_policy", "modelPolicy")),
         "action_model_policies": _normalize_type_map(
-            _get(raw, "action_model_policies", "actionModelPolicies"),
+            read_key(raw, "action_model_policies", "actionModelPolicies"),
             lambda v: normalize_model_policy(v) if isinstance(v, dict) else None,
         ),
         "action_instructions": _normalize_type_map(
-            _get(raw, "action_instructions", "actionInstructions"),
-            lambda v: _text(v) or None,
+            read_key(raw, "action_instructions", "actionInstructions"),
+            lambda v: clean_text(v) or None,
         ),
         "action_templates": templates,
         "stages": stages,
@@ -525,7 +526,7 @@ def legacy_workflow() -> dict[str, Any]:
     return workflow
 
 
-def _snapshot_stages(snapshot: Any) -> list[dict[str, Any]]:
+def snapshot_stages(snapshot: Any) -> list[dict[str, Any]]:
     if isinstance(snapshot, dict):
         stages = snapshot.get("stages")
         if isinstance(stages, list) and stages:
@@ -533,24 +534,17 @@ def _snapshot_stages(snapshot: Any) -> list[dict[str, Any]]:
     return []
 
 
-def execution_mode(snapshot: Any) -> str:
-    """`graph` only when the snapshot says so; absent snapshot or mode ⇒ `linear`."""
-    if not isinstance(snapshot, dict):
-        return "linear"
-    return "graph" if _get(snapshot, "execution_mode", "executionMode") == "graph" else "linear"
-
-
 def effective_stages(snapshot: Any) -> list[dict[str, Any]]:
     """The snapshot's stages, or the legacy workflow's when it has none (DOMAIN §4.2)."""
-    return _snapshot_stages(snapshot) or legacy_workflow()["stages"]
+    return snapshot_stages(snapshot) or legacy_workflow()["stages"]
 
 
 def required_role_for(stage: Any) -> str:
     """The fixed assignee of a stage, else ""."""
-    policy = _as_dict(_as_dict(stage).get("assignment_policy"))
+    policy = as_dict(as_dict(stage).get("assignment_policy"))
     if policy.get("mode") != "fixed":
         return ""
-    return _text(policy.get("vp_id")) or _text(policy.get("fixed_vp_id"))
+    return clean_text(policy.get("vp_id")) or clean_text(policy.get("fixed_vp_id"))
 
 
 def stage_action_fields(stage: dict[str, Any]) -> dict[str, Any]:
@@ -561,307 +555,12 @@ def stage_action_fields(stage: dict[str, Any]) -> dict[str, Any]:
         "assignment_policy": copy.deepcopy(stage.get("assignment_policy") or {}),
         "model_policy": copy.deepcopy(stage.get("model_policy") or {}),
         "depends_on_stage_ids": list(stage.get("depends_on_stage_ids") or []),
-        "workspace_mode": stage.get("workspace_mode") or "shared",
+        "workspace_mode": stage.get("workspace_mode") or WorkspaceMode.SHARED.value,
         "changes_requested_stage_id": stage.get("changes_requested_stage_id") or None,
-        "max_attempts": _clamp_attempts(stage.get("max_attempts")),
+        "max_attempts": clamp_attempts(stage.get("max_attempts")),
         "required_role": required_role_for(stage),
-        "brief": normalize_brief(stage, stage["type"]),
+        "brief": type_brief(stage, stage["type"]),
     }
-
-
-# --------------------------------------------------------------------------- planning snapshot (§4.3)
-
-
-def _tagged_templates(workflows: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    source = default_workflows() if workflows is None else workflows
-    templates = []
-    for i, workflow in enumerate(source):
-        template = normalize_workflow(workflow, i)
-        template["work_item_type"] = template["work_item_type"] or clean_id(
-            template["id"], template["id"], max_len=MAX_TYPE_LEN
-        )
-        templates.append(template)
-    return templates
-
-
-def _requested_type(requested_type: Any) -> str:
-    if not isinstance(requested_type, str):
-        return ""
-    text = requested_type.strip()
-    if not text or text.lower() == "auto":
-        return ""
-    return clean_id(text, "", max_len=MAX_TYPE_LEN)
-
-
-def _planning_instruction(templates: list[dict[str, Any]], frozen_type: str) -> str:
-    catalogue = "\n".join(
-        f'{t["work_item_type"]}: {t["name"]} ({" -> ".join(s["type"] for s in t["stages"])})'
-        for t in templates
-    ) or "(none)"
-    type_line = (
-        f'The user selected work_item_type "{frozen_type}". Keep that exact type.'
-        if frozen_type
-        else "Infer one specific work_item_type from the contract."
-    )
-    return (
-        f"{default_policy_text('triage')}\n\n{type_line}\n"
-        f"Reusable Action templates:\n{catalogue}\n"
-        "If the final type matches a reusable template, return its work_item_type and omit "
-        "actions so Work Center applies that frozen template. Otherwise submit `actions`: the "
-        "smallest reliable list of 1 to 8 Actions. Each Action states type (a lowercase slug: a "
-        "built-in type when its policy fits, a precise domain type when it does not), id, "
-        "objective, approach, expected_outcome and capability. depends_on_action_ids lists "
-        "earlier Action ids; omit it to depend on the previous Action, send [] for an "
-        "independent Action. workspace_mode is shared, read, isolated-write or integrate: if any "
-        "Action uses isolated-write, add exactly one integrate Action in integrate mode that "
-        "depends on every isolated-write Action, and let later Actions consume those writes "
-        "through it. A review Action may name changes_requested_action_id, an earlier Action "
-        "that is neither review nor deliver. Add only Actions required by this task."
-    )
-
-
-def planning_snapshot(
-    workflows: list[dict[str, Any]] | None = None, requested_type: str | None = None
-) -> dict[str, Any]:
-    """The snapshot of an API-created item (DOMAIN §4.3).
-
-    A requested type that names a template returns that template itself (no planning);
-    otherwise the AI planning snapshot with the requested type frozen (or None).
-    """
-    templates = _tagged_templates(workflows)
-    wanted = _requested_type(requested_type)
-    if wanted:
-        for template in templates:
-            if wanted in (template["work_item_type"], template["id"]):
-                return copy.deepcopy(template)
-    triage = normalize_stage(
-        {
-            "id": "triage",
-            "name": "Triage",
-            "type": "triage",
-            "instruction": _planning_instruction(templates, wanted),
-            "assignment_policy": {"mode": "auto", "capability": "triage"},
-            "max_attempts": DEFAULT_MAX_ATTEMPTS,
-        },
-        0,
-        planning_mode="ai",
-    )
-    return {
-        "version": 1,
-        "id": PLANNING_WORKFLOW_ID,
-        "name": "AI planned",
-        "planning_mode": "ai",
-        "execution_mode": "linear",
-        "work_item_type": wanted or None,
-        "global_instructions": "",
-        "model_policy": normalize_model_policy(None),
-        "action_model_policies": {},
-        "action_instructions": {},
-        "action_templates": templates,
-        "stages": [triage],
-    }
-
-
-# --------------------------------------------------------------------------- triage plan (§4.4)
-
-
-def _planning_triage_stage(snapshot: dict[str, Any]) -> dict[str, Any]:
-    stages = _snapshot_stages(snapshot)
-    for stage in stages:
-        if isinstance(stage, dict) and stage.get("type") == "triage":
-            return copy.deepcopy(stage)
-    if stages:
-        return copy.deepcopy(stages[0])
-    return planning_snapshot()["stages"][0]
-
-
-def _type_lookup(mapping: Any, action_type: str) -> Any:
-    table = _as_dict(mapping)
-    value = table.get(action_type)
-    if value is None and not _is_built_in(action_type):
-        value = table.get("custom")
-    return value
-
-
-def _plan_dependencies(entry: dict[str, Any], previous_id: str | None) -> list[str]:
-    """Rule 5: a present key is used as given (trimmed, deduplicated); absent ⇒ the previous entry."""
-    if _has(entry, "depends_on_action_ids", "dependsOnActionIds"):
-        value = _get(entry, "depends_on_action_ids", "dependsOnActionIds")
-        if isinstance(value, str):
-            value = [value]
-        return _unique_strings(value)
-    return [previous_id] if previous_id else []
-
-
-def _generate_stage(
-    snapshot: dict[str, Any], entry: dict[str, Any], position: int, seen: set[str],
-    previous_id: str | None,
-) -> dict[str, Any]:
-    action_type = clean_id(entry.get("type"), "custom", max_len=MAX_TYPE_LEN)
-    if action_type == "triage":
-        raise PlanError("AI-planned Actions cannot add another triage Action")
-    stage_id = clean_id(entry.get("id"), f"{action_type}-{position}")
-    if stage_id in seen:
-        raise PlanError(f'Duplicate AI-planned Action id "{stage_id}"')
-    seen.add(stage_id)
-    objective = _text(entry.get("objective"), MAX_BRIEF_LEN)
-    if not objective:
-        raise PlanError(f'AI-planned Action "{stage_id}" requires an objective')
-    defaults = default_brief(action_type)
-    workspace_mode = _get(entry, "workspace_mode", "workspaceMode")
-    model_policy = _type_lookup(snapshot.get("action_model_policies"), action_type)
-    return {
-        "id": stage_id,
-        "name": _text(entry.get("name"), MAX_NAME_LEN) or stage_id,
-        "type": action_type,
-        "objective": objective,
-        "approach": _text(entry.get("approach"), MAX_BRIEF_LEN) or defaults["approach"],
-        "expected_outcome": _text(
-            _get(entry, "expected_outcome", "expectedOutcome"), MAX_BRIEF_LEN
-        ) or defaults["expected_outcome"],
-        "instruction": _text(_type_lookup(snapshot.get("action_instructions"), action_type))
-        or default_policy_text(action_type),
-        "assignment_policy": normalize_assignment_policy(
-            {
-                "mode": "auto",
-                "capability": entry.get("capability"),
-                "separate_from_stage_types": _get(
-                    entry, "separate_from_action_types", "separateFromActionTypes"
-                ),
-            },
-            action_type,
-        ),
-        "model_policy": normalize_model_policy(
-            model_policy if isinstance(model_policy, dict) else snapshot.get("model_policy")
-        ),
-        "depends_on_stage_ids": _plan_dependencies(entry, previous_id),
-        "workspace_mode": workspace_mode if workspace_mode in WORKSPACE_MODES else "shared",
-        "max_attempts": _clamp_attempts(_get(entry, "max_attempts", "maxAttempts")),
-        "changes_requested_stage_id": None,
-    }
-
-
-def _assign_review_targets(stages: list[dict[str, Any]], entries: list[dict[str, Any]]) -> None:
-    """Rule 6: explicit targets must be earlier editable entries; defaults go by list position."""
-    for i, stage in enumerate(stages):
-        if stage["type"] != "review":
-            continue
-        earlier = [s for s in stages[:i] if s["type"] not in ("review", "deliver")]
-        requested = _get(entries[i], "changes_requested_action_id", "changesRequestedActionId")
-        if requested is not None:
-            target_id = clean_id(requested, "")
-            if not target_id or target_id not in {s["id"] for s in earlier}:
-                raise PlanError(
-                    f'AI-planned review Action "{stage["id"]}" points to an invalid return Action'
-                )
-        elif earlier:
-            target_id = earlier[-1]["id"]
-        else:
-            raise PlanError(
-                f'AI-planned review Action "{stage["id"]}" requires an earlier editable Action'
-            )
-        stage["changes_requested_stage_id"] = target_id
-
-
-def _check_graph(stages: list[dict[str, Any]]) -> None:
-    """Rules 7 and 8: acyclic by construction, isolated writes consumed through one integration."""
-    isolated = [s["id"] for s in stages if s["workspace_mode"] == "isolated-write"]
-    if isolated and sum(1 for s in stages if s["workspace_mode"] == "integrate") != 1:
-        raise PlanError("AI-planned isolated-write Actions require exactly one integration Action")
-    isolated_set = set(isolated)
-    for i, stage in enumerate(stages):
-        earlier_ids = {s["id"] for s in stages[:i]}
-        for dependency in stage["depends_on_stage_ids"]:
-            if dependency not in earlier_ids:
-                raise PlanError(
-                    f'AI-planned Action "{stage["id"]}" has a missing, self, or future '
-                    f'dependency "{dependency}"'
-                )
-        isolated_deps = [d for d in stage["depends_on_stage_ids"] if d in isolated_set]
-        if stage["workspace_mode"] == "integrate":
-            if stage["type"] != "integrate" or not isolated_deps:
-                raise PlanError(
-                    f'AI-planned integration Action "{stage["id"]}" must depend on '
-                    "isolated-write Actions"
-                )
-            if any(d not in stage["depends_on_stage_ids"] for d in isolated):
-                raise PlanError(
-                    f'AI-planned integration Action "{stage["id"]}" must depend on every '
-                    "isolated-write Action"
-                )
-        elif stage["type"] == "integrate":
-            raise PlanError(
-                f'AI-planned integrate Action "{stage["id"]}" requires integration workspace mode'
-            )
-        elif isolated_deps:
-            raise PlanError(
-                f'AI-planned Action "{stage["id"]}" must consume isolated writes through '
-                "integration"
-            )
-
-
-def apply_triage_plan(snapshot: dict[str, Any], plan: Any) -> dict[str, Any]:
-    """The snapshot after a completed planning triage (DOMAIN §4.4 rules 1–9, in order).
-
-    Raises PlanError on the first violation; the input snapshot is never modified. A snapshot
-    that is not AI-planned is returned unchanged (copied).
-    """
-    source = copy.deepcopy(snapshot) if isinstance(snapshot, dict) else {}
-    if source.get("planning_mode") != "ai":
-        return source
-    # Rules 1–3: the plan and its type.
-    if not isinstance(plan, dict):
-        raise PlanError("AI-planned triage requires a structured plan")
-    raw_type = _get(plan, "work_item_type", "workItemType")
-    if not isinstance(raw_type, str) or not raw_type.strip():
-        raise PlanError("AI-planned triage requires a specific workItemType")
-    work_item_type = clean_id(raw_type, "", max_len=MAX_TYPE_LEN)
-    if not work_item_type:
-        raise PlanError("AI-planned triage requires a valid workItemType")
-    frozen = source.get("work_item_type")
-    if frozen and work_item_type != frozen:
-        raise PlanError(f'AI-planned triage must keep the selected workItemType "{frozen}"')
-
-    triage = _planning_triage_stage(source)
-    # Rule 4: template reuse ignores the plan's actions and stays linear.
-    for template in source.get("action_templates") or []:
-        if not isinstance(template, dict):
-            continue
-        template_type = template.get("work_item_type") or template.get("id")
-        if template_type != work_item_type:
-            continue
-        reused = [
-            copy.deepcopy(s)
-            for s in template.get("stages") or []
-            if isinstance(s, dict) and s.get("type") != "triage"
-        ]
-        if not reused:
-            raise PlanError(
-                f'AI-planned triage template "{template.get("id")}" has no non-triage stage'
-            )
-        # A template is a static workflow, so the item continues linear whatever mode the
-        # snapshot had before (a re-triaged graph item that picks a template, DEV-6).
-        source.update(execution_mode="linear", work_item_type=work_item_type, action_templates=[],
-                      stages=[triage, *reused])
-        return source
-
-    # Rule 5: the generated entries.
-    entries = plan.get("actions")
-    if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_PLAN_ACTIONS:
-        raise PlanError(
-            f"AI-planned triage requires between 1 and {MAX_PLAN_ACTIONS} Actions"
-        )
-    entries = [_as_dict(e) for e in entries]
-    seen = {"triage"}
-    stages: list[dict[str, Any]] = []
-    for position, entry in enumerate(entries, start=1):
-        previous_id = stages[-1]["id"] if stages else None
-        stages.append(_generate_stage(source, entry, position, seen, previous_id))
-    _assign_review_targets(stages, entries)  # rule 6
-    _check_graph(stages)  # rules 7–8
-    # Rule 9.
-    source.update(execution_mode="graph", work_item_type=work_item_type, stages=[triage, *stages])
-    return source
 
 
 # --------------------------------------------------------------------------- linear next step (§7.4)
