@@ -103,13 +103,13 @@ class Builder:
     """Creates graph items as a completed planning triage leaves them, in batched transactions.
 
     Stage definitions are normalised by the store's own workflow code and action fields come
-    from `common.stage_fields` (the same rendering the services use), computed once per shape.
+    from `rules.action_fields` (the same rendering the services use), computed once per shape.
     """
 
     def __init__(self):
-        from workcenter.services import workflows
+        from workcenter.services import planning, workflows
 
-        self.workflows = workflows
+        self.planning, self.workflows = planning, workflows
         self.title, self.goal = "Bench item", "Exercise claim and submit"
         self.shapes: dict[str, tuple[dict, list[dict]]] = {}
 
@@ -117,10 +117,11 @@ class Builder:
         if name in self.shapes:
             return self.shapes[name]
         from workcenter.models import WorkItem
-        from workcenter.services import common
+        from workcenter import rules
+        from workcenter.services import graph
 
         wf = self.workflows
-        snap = wf.planning_snapshot(wf.default_workflows(), None)
+        snap = self.planning.planning_snapshot(wf.default_workflows(), None)
         snap["stages"] = [
             wf.normalize_stage({"id": sid, "type": "research", "objective": f"Bench stage {sid}",
                                 "depends_on_stage_ids": deps}, i, planning_mode="ai")
@@ -129,7 +130,7 @@ class Builder:
         snap.update(id=f"bench-{name}", name=f"Bench {name}", execution_mode="graph", work_item_type="bench",
                     action_templates=[])
         probe = WorkItem(title=self.title, goal=self.goal, acceptance_criteria=[], workflow_snapshot=snap)
-        fields = [common.stage_fields(probe, stage, []) for stage in snap["stages"]]
+        fields = [rules.action_fields(probe, stage=stage, context=[]) for stage in snap["stages"]]
         self.shapes[name] = (snap, fields)
         return self.shapes[name]
 
@@ -138,7 +139,8 @@ class Builder:
         from django.utils import timezone
 
         from workcenter.models import Action, WorkItem, WorkItemStatus, new_id
-        from workcenter.services import common
+        from workcenter import rules
+        from workcenter.services import graph
 
         snap, fields = self.shape(name, stages)
         ids: list[str] = []
@@ -164,7 +166,7 @@ class Builder:
                 WorkItem.objects.bulk_create(items)
                 Action.objects.bulk_create([a for acts in actions_by_item for a in acts])
                 for item, acts in zip(items, actions_by_item):
-                    common.sync_claimable(item, acts)
+                    graph.sync_claimable(item, acts)
             ids.extend(i.id for i in items)
         return ids
 

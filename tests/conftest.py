@@ -167,7 +167,7 @@ def make_graph(store: Store, stages, *, work_dir: str = "", status: str = "ready
     return_to=None, status="ready"}.
     """
     from workcenter.models import new_id
-    from workcenter.services import common
+    from workcenter.services import common, graph
 
     now = store.now()
     item = WorkItem.objects.create(
@@ -183,5 +183,5 @@ def make_graph(store: Store, stages, *, work_dir: str = "", status: str = "ready
             changes_requested_stage_id=st.get("return_to"), max_attempts=st.get("max_attempts", 2),
             status=st.get("status", "ready"), instruction=f"do {st['id']}", created_at=store.now(), updated_at=store.now(),
         )
-    common.sync_claimable(item)
+    graph.sync_claimable(item)
     return WorkItem.objects.get(pk=item.pk)

@@ -33,6 +33,7 @@ from typing import Any, Iterable
 
 from django.db import DataError, IntegrityError, connection
 
+from . import db
 from .errors import InvalidInput
 from .events import EVENT_ORDER_LOCK
 from .models import (
@@ -46,7 +47,8 @@ from .models import (
     WorkItemStatus,
     WorkspaceMode,
 )
-from .services.common import canonicalize_dir, store_transaction, sync_claimable
+from .services.common import canonicalize_dir, store_transaction
+from .services.graph import sync_claimable
 from .services.normalize import context_on_read, normalize_checkpoint, normalize_evidence
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -495,7 +497,7 @@ def _write(src: SourceRows) -> dict[str, Any]:
         if connection.vendor == "postgresql":
             # The stream key of events.event_append, taken exclusively: stream readers wait for the import's commit.
             with connection.cursor() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", [EVENT_ORDER_LOCK])
+                cur.execute(db.sql("event_order_lock"), [EVENT_ORDER_LOCK])
         # One row at a time in source order: the new ids follow the original id order.
         for event in events:
             event.save(force_insert=True)

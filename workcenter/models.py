@@ -55,6 +55,24 @@ class WorkspaceMode(models.TextChoices):
     INTEGRATE = "integrate", "integrate"
 
 
+class ActionType(models.TextChoices):
+    """The built-in action types (DOMAIN §4.1); a workflow may name others (custom types)."""
+    TRIAGE = "triage", "triage"
+    RESEARCH = "research", "research"
+    DESIGN = "design", "design"
+    DIAGNOSE = "diagnose", "diagnose"
+    IMPLEMENT = "implement", "implement"
+    MIGRATE = "migrate", "migrate"
+    TEST = "test", "test"
+    REVIEW = "review", "review"
+    INTEGRATE = "integrate", "integrate"
+    DOCUMENT = "document", "document"
+    OPERATE = "operate", "operate"
+    DELIVER = "deliver", "deliver"
+    WRITE = "write", "write"
+    CUSTOM = "custom", "custom"
+
+
 class ExecutionMode(models.TextChoices):
     LINEAR = "linear", "linear"  # one current action at a time, in stage order
     GRAPH = "graph", "graph"  # every ready action whose dependencies completed may run

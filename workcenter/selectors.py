@@ -7,9 +7,21 @@ import re
 from django.db import connection, transaction
 from django.db.models import Max, OuterRef, Q, Subquery, Sum
 
+from . import clock, db, rules
 from .errors import NotFound
-from .events import stream_read
-from .models import COUNTER_FIELDS, Action, ActionStatus, Event, Run, RunStatus, WorkItem, WorkItemStatus
+from .events import EVENT_ORDER_LOCK, stream_read
+from .models import (
+    COUNTER_FIELDS,
+    Action,
+    ActionStatus,
+    Event,
+    ExecutionMode,
+    Run,
+    RunStatus,
+    WorkItem,
+    WorkItemStatus,
+)
+from .services.normalize import evidence_on_read, normalize_checkpoint
 
 
 def clamp_limit(limit, default: int = 100, maximum: int = 500) -> int:
@@ -82,55 +94,24 @@ def work_item_get(item_id: str) -> WorkItem:
     return item
 
 
-_DETAIL_SQL: dict[str, dict[str, str]] = {}
-_ROWS: dict[str, object] = {}
 DETAIL_EVENTS = 500
-
-
-def _event_row():
-    if "event" not in _ROWS:
-        from .services.common import RowSpec
-
-        _ROWS["event"] = RowSpec(Event, "e")
-    return _ROWS["event"]
-
-
-def _detail_sql() -> dict[str, str]:
-    """The detail's four reads as fixed statements: the API reads the detail back after every
-    claim and submit, and the ORM took longer compiling these queries than running them."""
-    sql = _DETAIL_SQL.get(connection.vendor)
-    if sql is None:
-        from .services.common import ACTION_ROW, ITEM_ROW, RUN_ROW, qn
-
-        item, action, run, event = (qn(m._meta.db_table) for m in (WorkItem, Action, Run, Event))
-        sql = _DETAIL_SQL[connection.vendor] = {
-            "item": f'SELECT {ITEM_ROW.columns()} FROM {item} i WHERE i."id" = %s',
-            "actions": f'SELECT {ACTION_ROW.columns()} FROM {action} a WHERE a."work_item_id" = %s ORDER BY a."sequence"',
-            "runs": (f'SELECT {RUN_ROW.columns()} FROM {run} r WHERE r."work_item_id" = %s '
-                     f'ORDER BY r."started_at" DESC, r."id" DESC'),
-            "events": (f'SELECT {_event_row().columns()} FROM {event} e WHERE e."work_item_id" = %s '
-                       f'ORDER BY e."id" DESC LIMIT {DETAIL_EVENTS}'),
-        }
-    return sql
 
 
 def work_item_detail(item_id: str) -> dict:
     """The item, its actions by sequence, runs newest first, newest 500 events, with stats."""
-    from .services.common import ACTION_ROW, ITEM_ROW, RUN_ROW, hot_cursor
-
-    sql, event_row = _detail_sql(), _event_row()
-    with hot_cursor() as cur:
-        cur.execute(sql["item"], [item_id])
+    with db.hot_cursor() as cur:
+        conn = cur.db
+        cur.execute(db.sql("detail_item", conn), [item_id])
         row = cur.fetchone()
         if row is None:
             raise NotFound(f"WorkItem not found: {item_id}", extra={"id": item_id})
-        item = ITEM_ROW.build(row)
-        cur.execute(sql["actions"], [item_id])
-        actions = [ACTION_ROW.build(r) for r in cur.fetchall()]
-        cur.execute(sql["runs"], [item_id])
-        runs = [RUN_ROW.build(r) for r in cur.fetchall()]
-        cur.execute(sql["events"], [item_id])
-        events = [event_row.build(r) for r in cur.fetchall()]
+        item = db.ITEM_ROW.build(row)
+        cur.execute(db.sql("detail_actions", conn), [item_id])
+        actions = db.ACTION_ROW.build_many(cur.fetchall(), conn)
+        cur.execute(db.sql("detail_runs", conn), [item_id])
+        runs = db.RUN_ROW.build_many(cur.fetchall(), conn)
+        cur.execute(db.sql("detail_events", conn), [item_id, DETAIL_EVENTS])
+        events = db.EVENT_ROW.build_many(cur.fetchall(), conn)
     per_action: dict[str, dict] = {}  # stats_by_action from the runs just read (one query fewer)
     for run in runs:
         sums = per_action.setdefault(run.action_id, {f: 0 for f in COUNTER_FIELDS})
@@ -154,8 +135,6 @@ def events_after(*, after_id: int = 0, item_id: str | None = None, limit=None) -
 
 def action_resume_context(action_id: str, exclude_run_id: str | None = None) -> dict | None:
     """DOMAIN §9.3: bounded resume data from the action's interrupted/retryable runs."""
-    from .services.normalize import normalize_checkpoint
-
     runs = list(Run.objects.filter(action_id=action_id, status__in=("interrupted", "retryable"))
                 .exclude(pk=exclude_run_id or "").order_by("-ended_at", "-started_at"))
     if not runs:
@@ -198,18 +177,15 @@ def run_fence_reason(*, run_id: str, owner_boot_id: str, lease_epoch: int, now=N
 
     Only used to explain a refusal the service already decided; it never decides anything.
     """
-    from . import clock
-    from .services.common import stale_reason
-
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
-        return stale_reason(None, None, None, now or clock.now(), True)
+        return rules.stale_reason(None, None, None, now or clock.now(), True)
     item = WorkItem.objects.filter(pk=run.work_item_id).first()
     action = Action.objects.filter(pk=run.action_id).first()
     if run.owner_boot_id != owner_boot_id or run.lease_epoch != lease_epoch:
         if run.status == RunStatus.RUNNING:
             return "stale Run: owner boot id or lease epoch does not match (superseded or already finished)"
-    return stale_reason(run, action, item, now or clock.now(), True)
+    return rules.stale_reason(run, action, item, now or clock.now(), True)
 
 
 def _latest_completed_runs(action_ids: list[str]) -> dict[str, Run]:
@@ -225,15 +201,12 @@ def action_dependencies(*, item_id: str, stage_ids: list[str], actions: list[Act
     """DOMAIN §10.1 list_action_dependencies: the canonical action of each stage [DEV-1], in
     sequence order, with summary, normalised evidence and executor id of its latest completed run.
     `actions` (by sequence) and `runs`: the item's rows when the caller has just read them."""
-    from .services.common import canonical_actions
-    from .services.normalize import evidence_on_read
-
     wanted = [s for s in (stage_ids or []) if isinstance(s, str)]
     if not wanted:
         return []
     if actions is None:
         actions = Action.objects.filter(work_item_id=item_id).order_by("sequence")
-    canonical = canonical_actions(actions)
+    canonical = rules.canonical_actions(actions)
     deps = sorted((canonical[s] for s in set(wanted) if s in canonical), key=lambda a: a.sequence)
     if runs is None:
         runs = _latest_completed_runs([a.pk for a in deps])
@@ -263,7 +236,7 @@ def action_dependencies(*, item_id: str, stage_ids: list[str], actions: list[Act
 def claim_dependencies(action: Action, item: WorkItem, *, actions: list[Action] | None = None,
                        runs: list[Run] | None = None) -> list[dict]:
     """The dependencies a claimed action receives: graph items only (linear ignores them, §2.2)."""
-    if item.execution_mode != "graph":
+    if item.execution_mode != ExecutionMode.GRAPH:
         return []
     return action_dependencies(item_id=item.pk, stage_ids=list(action.depends_on_stage_ids or []),
                                actions=actions, runs=runs)
@@ -280,6 +253,13 @@ def _stage_names(snapshot) -> dict[str, str]:
     return names
 
 
+def running_in_workspace(workspace_key: str) -> list[tuple[str, str]]:
+    """The (workspace mode, item id) of every running action in one workspace (DOMAIN §5.4)."""
+    with connection.cursor() as cur:
+        cur.execute(db.sql("running_in_workspace"), [ActionStatus.RUNNING, workspace_key])
+        return [tuple(row) for row in cur.fetchall()]
+
+
 def _workspace_holders(workspace_key: str) -> list[dict]:
     return list(
         Action.objects.filter(status=ActionStatus.RUNNING, work_item__workspace_key=workspace_key)
@@ -290,24 +270,22 @@ def _workspace_holders(workspace_key: str) -> list[dict]:
 
 def _blocked_by(action: Action, item: WorkItem, canonical: dict[str, Action], running, holders) -> list[str]:
     """Why a ready node cannot be claimed now: the rules of DOMAIN §5.1-§5.4, in words."""
-    from .services.claims import workspace_blocks
-
     reasons: list[str] = []
-    if item.execution_mode == "graph":
+    if item.execution_mode == ExecutionMode.GRAPH:
         for stage in action.depends_on_stage_ids or []:
             dep = canonical.get(stage)
             if dep is None:
                 reasons.append(f"waiting for stage {stage} (missing)")
             elif dep.status != ActionStatus.COMPLETED:
                 reasons.append(f"waiting for stage {stage} ({dep.status})")
-    if item.workspace_key and workspace_blocks(action.workspace_mode, item.pk, running):
+    if item.workspace_key and rules.workspace_blocks(action.workspace_mode, item.pk, running):
         for h in holders():
-            if workspace_blocks(action.workspace_mode, item.pk, [(h["workspace_mode"], h["work_item_id"])]):
+            if rules.workspace_blocks(action.workspace_mode, item.pk, [(h["workspace_mode"], h["work_item_id"])]):
                 owner = ("this work item" if h["work_item_id"] == item.pk
                          else f'work item {h["work_item_id"]} "{h["work_item__title"]}"')
                 reasons.append(f'workspace held by run {h["current_run_id"]} ({h["workspace_mode"]}, '
                                f'stage {h["stage_id"] or h["type"]}) of {owner}')
-    if item.execution_mode == "graph":
+    if item.execution_mode == ExecutionMode.GRAPH:
         if item.status not in (WorkItemStatus.READY, WorkItemStatus.RUNNING):
             reasons.append(f"work item is {item.status}")
     elif item.current_action_id != action.pk:
@@ -339,13 +317,10 @@ def _node_run(run: Run | None) -> dict | None:
 def graph_snapshot(item_id: str) -> dict:
     """Nodes (canonical action per stage; linear: every action), edges, leases and the reasons a
     ready node cannot be claimed now. A read: nothing is locked or written."""
-    from .services.claims import running_in_workspace
-    from .services.common import canonical_actions
-
     item = work_item_get(item_id)
     actions = list(Action.objects.filter(work_item_id=item_id).order_by("sequence"))
-    canonical = canonical_actions(actions)
-    graph = item.execution_mode == "graph"
+    canonical = rules.canonical_actions(actions)
+    graph = item.execution_mode == ExecutionMode.GRAPH
     edges: list[dict] = []
     if graph:
         # a stage whose actions were all superseded or cancelled still shows its latest action
@@ -435,24 +410,22 @@ def events_previous_ids(events_: list[Event], *, wait: bool = True) -> dict[int,
     None at once. A waiting exclusive request holds back every writer's event insert until the
     writers in flight have committed (their commits then cannot share a WAL flush); a request
     that is granted at once costs them only the read itself."""
-    from .services.common import hot_cursor, hot_execute
-
     pairs = sorted({(int(e.id), e.work_item_id) for e in events_})
     out: dict[int, tuple[int, int]] = {}
     if not pairs:
         return out
-    with _stream_read_if(wait) as granted, hot_cursor() as cur:
+    with _stream_read_if(wait) as granted, db.hot_cursor() as cur:
         if not granted:
             return None
-        if cur.db.vendor == "postgresql":
-            hot_execute(cur, _batch_sql()["previous"], [[p[0] for p in pairs], [p[1] for p in pairs]])
+        conn = cur.db
+        if conn.vendor == "postgresql":
+            db.hot_execute(cur, db.sql("events_previous", conn), [[p[0] for p in pairs], [p[1] for p in pairs]])
             rows = cur.fetchall()
         else:
             rows = []
             for start in range(0, len(pairs), _VALUES_CHUNK):
                 chunk = pairs[start:start + _VALUES_CHUNK]
-                hot_execute(cur, _batch_sql()["previous"].format(values=", ".join(["(%s, %s)"] * len(chunk))),
-                            [v for p in chunk for v in p])
+                db.hot_execute(cur, db.sql("events_previous", conn, values=len(chunk)), [v for p in chunk for v in p])
                 rows += cur.fetchall()
     for event_id, overall, in_item in rows:
         out[int(event_id)] = (int(overall or 0), int(in_item or 0))
@@ -463,33 +436,32 @@ def work_item_summaries(item_ids) -> dict[str, WorkItem]:
     """Items as WorkItemSummary shows them, in three fixed statements (the live stream renders
     them per batch right after commits): {item id: item} with `execution_stats`,
     `action_counts` and `current_action` attached; unknown ids are left out (no NotFound)."""
-    from .services.common import ITEM_ROW, hot_cursor, hot_execute
-
     ids = sorted(set(item_ids))
     out: dict[str, WorkItem] = {}
     if not ids:
         return out
-    sql, n = _batch_sql(), len(ITEM_ROW.fields)
+    n = len(db.ITEM_ROW.fields)
     counts: dict[str, dict[str, int]] = {}
     stats: dict[str, dict[str, int]] = {}
-    with hot_cursor() as cur:
-        postgres = cur.db.vendor == "postgresql"
+    with db.hot_cursor() as cur:
+        conn = cur.db
+        postgres = conn.vendor == "postgresql"
         for start in range(0, len(ids), len(ids) if postgres else _VALUES_CHUNK * 2):
             chunk = ids[start:start + (len(ids) if postgres else _VALUES_CHUNK * 2)]
             params = [chunk] if postgres else chunk
-            marks = {} if postgres else {"ids": ", ".join(["%s"] * len(chunk))}
-            hot_execute(cur, sql["items"].format(**marks), params)
+            size = None if postgres else len(chunk)
+            db.hot_execute(cur, db.sql("summary_items", conn, ids=size), params)
             for row in cur.fetchall():
-                item = ITEM_ROW.build(row[:n])
+                item = db.ITEM_ROW.build(row[:n])
                 a_id, a_type, a_stage, a_status = row[n:]
                 item.current_action = (None if a_id is None or a_id != item.current_action_id
                                        else {"id": a_id, "type": a_type, "stage_id": a_stage or a_type,
                                              "status": a_status})
                 out[item.pk] = item
-            hot_execute(cur, sql["counts"].format(**marks), params)
+            db.hot_execute(cur, db.sql("summary_counts", conn, ids=size), params)
             for item_id, status, count in cur.fetchall():
                 counts.setdefault(item_id, {})[status] = int(count)
-            hot_execute(cur, sql["stats"].format(**marks), params)
+            db.hot_execute(cur, db.sql("summary_stats", conn, ids=size), params)
             for row in cur.fetchall():
                 stats[row[0]] = {f: int(v or 0) for f, v in zip(COUNTER_FIELDS, row[1:])}
     for item_id, item in out.items():
@@ -530,7 +502,7 @@ def _attach_attention(items: dict[str, WorkItem]) -> None:
         else:
             text = error or (f"the last run ended {status}" if status else "")
         count = (item.action_counts.get(ActionStatus.WAITING if waiting else ActionStatus.FAILED, 0)
-                 if item.execution_mode == "graph" else 1)
+                 if item.execution_mode == ExecutionMode.GRAPH else 1)
         item.attention = {
             "kind": "waiting" if waiting else "failed",
             "action_id": action_id,
@@ -545,50 +517,15 @@ def _attach_attention(items: dict[str, WorkItem]) -> None:
 def _stream_read_if(wait: bool):
     """`stream_read()`, or with `wait=False` on PostgreSQL its non-blocking form: yields whether
     the stream key is held (the read is then the same prefix `stream_read` gives)."""
-    from .events import EVENT_ORDER_LOCK
-
     if wait or connection.vendor != "postgresql":
         with stream_read():
             yield True
         return
     with transaction.atomic():
         with connection.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [EVENT_ORDER_LOCK])
+            cur.execute(db.sql("event_order_try_lock"), [EVENT_ORDER_LOCK])
             granted = bool(cur.fetchone()[0])
         yield granted
 
 
 _VALUES_CHUNK = 200  # SQLite: (id, item) pairs per statement (bound parameters are limited)
-_BATCH_SQL: dict[str, dict[str, str]] = {}
-
-
-def _batch_sql() -> dict[str, str]:
-    """PostgreSQL: fixed statements over arrays (prepared once per connection); SQLite: `{values}`
-    / `{ids}` are filled with one placeholder group per element."""
-    sql = _BATCH_SQL.get(connection.vendor)
-    if sql is None:
-        from .services.common import ITEM_ROW, qn
-
-        item, action, run, event = (qn(m._meta.db_table) for m in (WorkItem, Action, Run, Event))
-        sums = ", ".join(f"SUM({qn(f)})" for f in COUNTER_FIELDS)
-        if connection.vendor == "postgresql":
-            batch = 'unnest(%s::bigint[], %s::text[]) AS b("id", "item")'
-            in_ids = "= ANY(%s::text[])"
-        else:
-            batch = 'b'
-            in_ids = "IN ({ids})"
-        previous = (f'SELECT b."id", (SELECT MAX(e."id") FROM {event} e WHERE e."id" < b."id"), '
-                    f'(SELECT MAX(e."id") FROM {event} e WHERE e."work_item_id" = b."item" AND e."id" < b."id") '
-                    f'FROM {batch}')
-        if connection.vendor != "postgresql":
-            previous = 'WITH b("id", "item") AS (VALUES {values}) ' + previous
-        sql = _BATCH_SQL[connection.vendor] = {
-            "previous": previous,
-            "items": (f'SELECT {ITEM_ROW.columns()}, a."id", a."type", a."stage_id", a."status" '
-                      f'FROM {item} i LEFT JOIN {action} a ON a."id" = i."current_action_id" '
-                      f'WHERE i."id" {in_ids}'),
-            "counts": (f'SELECT "work_item_id", "status", COUNT(*) FROM {action} WHERE "work_item_id" {in_ids} '
-                       f'GROUP BY "work_item_id", "status"'),
-            "stats": f'SELECT "work_item_id", {sums} FROM {run} WHERE "work_item_id" {in_ids} GROUP BY "work_item_id"',
-        }
-    return sql

@@ -4,11 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from ..errors import InvalidInput
 from ..events import event_append
-from ..models import Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
+from ..selectors import running_in_workspace
+from ..models import Action, ActionStatus, ExecutionMode, Run, RunStatus, WorkItem, WorkItemStatus, new_id
+from .. import db, rules
 from . import common
 from .common import resolve_now, store_transaction
 from .hooks import fault_point
@@ -19,22 +21,6 @@ class Claim:
     work_item: WorkItem
     action: Action
     run: Run
-
-
-def workspace_blocks(candidate_mode: str, candidate_item_id: str, running: list[tuple[str, str]]) -> bool:
-    """The exclusivity rule of DOMAIN §5.4 against the running (mode, item id) pairs of one workspace."""
-    for r_mode, r_item in running:
-        if candidate_mode in ("shared", "integrate") or r_mode in ("shared", "integrate"):
-            return True
-        if r_item != candidate_item_id and candidate_mode != "read" and r_mode != "read":
-            return True
-    return False
-
-
-def running_in_workspace(workspace_key: str) -> list[tuple[str, str]]:
-    with connection.cursor() as cur:
-        cur.execute(common._sql("running_in_workspace"), [ActionStatus.RUNNING, workspace_key])
-        return [tuple(row) for row in cur.fetchall()]
 
 
 def action_claim(
@@ -50,32 +36,32 @@ def action_claim(
     On PostgreSQL the candidate's action and item rows are taken with SKIP LOCKED and its
     workspace with an advisory try-lock, so claimers never wait on each other and claims in
     different workspaces never serialise; on SQLite the IMMEDIATE transaction serialises the
-    whole claim. The hot path is a few fixed SQL statements (common.RowSpec): one candidate
-    read over the partial index of claimable actions, then one batch (`common.Writes`: a single
+    whole claim. The hot path is a few fixed SQL statements (db.RowSpec): one candidate
+    read over the partial index of claimable actions, then one batch (`db.Writes`: a single
     statement on PostgreSQL) of two guarded updates, the run and the event.
     """
     if not isinstance(owner_boot_id, str) or not owner_boot_id.strip():
         raise InvalidInput("owner_boot_id is required", fields=["owner_boot_id"])
     common.check_duration(lease_ms, "lease_ms")
     actor = actor or f"worker:{owner_boot_id}"
-    n_action = len(common.ACTION_ROW.fields)
+    n_action = len(db.ACTION_ROW.fields)
     with store_transaction():
         conn = connections[DEFAULT_DB_ALIAS]  # resolved once: the proxy costs a lookup per attribute
-        with common.hot_cursor(conn) as cur:
-            cur.execute(common._sql("claim_first", conn))
+        with db.hot_cursor(conn) as cur:
+            cur.execute(db.sql("claim_first", conn))
             while True:
                 row = cur.fetchone()
                 if row is None:
                     return None
-                action = common.ACTION_ROW.build_many([row[:n_action]], conn)[0]
-                item = common.ITEM_ROW.build_many([row[n_action:]], conn)[0]
+                action = db.ACTION_ROW.build_many([row[:n_action]], conn)[0]
+                item = db.ITEM_ROW.build_many([row[n_action:]], conn)[0]
                 claim = _try_claim(cur, action, item, owner_boot_id, lease_ms, actor, now)
                 if claim is not None:
                     return claim
                 # the next candidate after this one in claim order
                 u = conn.ops.adapt_datetimefield_value(action.updated_at)
                 c = conn.ops.adapt_datetimefield_value(action.created_at)
-                common.hot_execute(cur, common._sql("claim_after", conn), [u, u, action.sequence, action.sequence, c])
+                db.hot_execute(cur, db.sql("claim_after", conn), [u, u, action.sequence, action.sequence, c])
 
 
 def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms: int, actor: str,
@@ -83,8 +69,8 @@ def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms
     fault_point("claim_candidate_read")
     if action.status != ActionStatus.READY or action.current_run_id:
         return None
-    graph = item.execution_mode == "graph"
-    if graph:
+    in_graph = item.execution_mode == ExecutionMode.GRAPH
+    if in_graph:
         if item.status not in (WorkItemStatus.READY, WorkItemStatus.RUNNING):
             return None
     elif not (item.status == WorkItemStatus.READY and item.current_action_id == action.pk and not item.current_run_id):
@@ -93,7 +79,7 @@ def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms
     if key:
         if not common.try_workspace_lock(key):
             return None
-        if workspace_blocks(action.workspace_mode, item.pk, running_in_workspace(key)):
+        if rules.workspace_blocks(action.workspace_mode, item.pk, running_in_workspace(key)):
             return None
 
     # The clock is read once the claim has its candidate and its workspace, not when the
@@ -106,12 +92,12 @@ def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms
     # The write set goes as one batch (one statement on PostgreSQL). The candidate read locked the
     # action and item rows (PostgreSQL) or the transaction holds the write lock (SQLite), so the
     # guards below cannot fail unless the store is inconsistent: a miss rolls the claim back.
-    w = common.Writes(cur)
+    w = db.Writes(cur)
     w.update(Action, action.pk,
              {"status": ActionStatus.RUNNING, "attempt": attempt, "lease_epoch": epoch, "current_run_id": run_id,
               "updated_at": now, "claimable": False},
              '"status" = %s AND "current_run_id" IS NULL AND "lease_epoch" = %s', [ActionStatus.READY, action.lease_epoch])
-    if graph:
+    if in_graph:
         w.update(WorkItem, item.pk,
                  {"status": WorkItemStatus.RUNNING, "current_action_id": action.pk, "current_run_id": None, "updated_at": now},
                  '"status" IN (%s, %s)', [WorkItemStatus.READY, WorkItemStatus.RUNNING])
@@ -135,29 +121,20 @@ def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms
     return Claim(work_item=item, action=action, run=run)
 
 
-def _insert_run(writes: common.Writes, run_id: str, action: Action, item: WorkItem, owner_boot_id: str, epoch: int,
+def _insert_run(writes: db.Writes, run_id: str, action: Action, item: WorkItem, owner_boot_id: str, epoch: int,
                 now: datetime, expires: datetime) -> Run:
     """The new run (DOMAIN §5.6 step 3), added to `writes`; progress_revision continues from the
     action's earlier runs (set when the batch is flushed)."""
     conn = writes.cur.db
-    run = common.new_instance(Run, conn.alias, {
+    run = db.new_instance(Run, conn.alias, {
         "id": run_id, "action_id": action.pk, "work_item_id": item.pk, "owner_boot_id": owner_boot_id,
         "lease_epoch": epoch, "status": RunStatus.RUNNING, "started_at": now, "expires_at": expires, "renewed_at": now,
         "evidence": []})
-    key = (conn.vendor, "insert_run")
-    sql = common._SQL.get(key)
-    if sql is None:
-        table = conn.ops.quote_name(Run._meta.db_table)
-        cols = ", ".join(conn.ops.quote_name(f.column) for f in _RUN_INSERT_FIELDS)
-        sql = (f'INSERT INTO {table} ({cols}, "progress_revision") VALUES ({", ".join(["%s"] * len(_RUN_INSERT_FIELDS))}, '
-               f'(SELECT COALESCE(MAX("progress_revision"), 0) + 1 FROM {table} WHERE "action_id" = %s))')
-        common._SQL[key] = sql
     d = run.__dict__
-    params = common.db_values(_RUN_INSERT_ADAPTERS, [d[f.attname] for f in _RUN_INSERT_FIELDS], conn.ops)
+    params = db.db_values(_RUN_INSERT_ADAPTERS, [d[f.attname] for f in db.INSERT_FIELDS["Run"]], conn.ops)
     params.append(action.pk)
-    writes.add(sql, params, returning='"progress_revision"', on_result=lambda v: setattr(run, "progress_revision", v))
+    writes.add(db.sql("run_insert", conn), params, returning='"progress_revision"', on_result=lambda v: setattr(run, "progress_revision", v))
     return run
 
 
-_RUN_INSERT_FIELDS = [f for f in Run._meta.concrete_fields if f.attname != "progress_revision"]
-_RUN_INSERT_ADAPTERS = common.adapters(_RUN_INSERT_FIELDS)
+_RUN_INSERT_ADAPTERS = db.adapters(db.INSERT_FIELDS["Run"])

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..models import Action, ActionStatus, Run
+from .. import rules
 from . import common
 from .common import resolve_now, store_transaction
 
@@ -78,7 +79,7 @@ def integration_acquire(*, action_id: str | None, run_id: str, owner_boot_id: st
 
 
 def _reservation_matches(action: Action, run_id, owner_boot_id, lease_epoch, token, now) -> bool:
-    res = common.reservation_of(action)
+    res = rules.reservation_of(action)
     return bool(
         res
         and isinstance(token, str)
@@ -86,7 +87,7 @@ def _reservation_matches(action: Action, run_id, owner_boot_id, lease_epoch, tok
         and res.get("run_id") == run_id
         and res.get("owner_boot_id") == owner_boot_id
         and res.get("lease_epoch") == lease_epoch
-        and common.has_live_reservation(action, now)
+        and rules.has_live_reservation(action, now)
     )
 
 

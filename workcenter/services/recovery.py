@@ -7,8 +7,9 @@ from django.db.models import Q
 
 from ..errors import InvalidInput
 from ..events import event_append
-from ..models import Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus
-from . import common
+from ..models import ExecutionMode, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus
+from .. import rules
+from . import common, graph
 from .common import resolve_now, store_transaction
 
 RECOVERY_ERROR = "Agent process or lease ended before the Run submitted a terminal outcome"
@@ -49,16 +50,16 @@ def runs_recover(*, current_boot_id: str, expired_only: bool = False, actor: str
 
 def _recover_one(item: WorkItem, run: Run, now: datetime, actor: str) -> bool:
     action = Action.objects.select_for_update().get(pk=run.action_id)
-    if common.has_live_reservation(action, now):
+    if rules.has_live_reservation(action, now):
         return False
-    graph = item.execution_mode == "graph"
+    in_graph = item.execution_mode == ExecutionMode.GRAPH
     owns_action = (
         action.status == ActionStatus.RUNNING and action.current_run_id == run.pk and action.lease_epoch == run.lease_epoch
     )
     current = owns_action and item.status == WorkItemStatus.RUNNING and (
         graph or (item.current_action_id == action.pk and item.current_run_id == run.pk)
     )
-    retryable = common.retryable_on_interrupt(action)
+    retryable = rules.retryable_on_interrupt(action)
     a_status = ActionStatus.READY if retryable else ActionStatus.FAILED
     if not current:
         status = RunStatus.CANCELLED if item.status == WorkItemStatus.CANCELLED else RunStatus.SUPERSEDED
@@ -68,9 +69,9 @@ def _recover_one(item: WorkItem, run: Run, now: datetime, actor: str) -> bool:
             common.guarded_update(
                 Action.objects.filter(pk=action.pk, status=ActionStatus.RUNNING, current_run_id=run.pk),
                 status=a_status, current_run_id=None, updated_at=now, claimable=False)
-        if graph and item.status not in (WorkItemStatus.DONE, WorkItemStatus.CANCELLED):  # [DEV-3]
-            common.graph_refresh(item, now)
-        common.sync_claimable(item)
+        if in_graph and item.status not in (WorkItemStatus.DONE, WorkItemStatus.CANCELLED):  # [DEV-3]
+            graph.graph_refresh(item, now)
+        graph.sync_claimable(item)
         event_append(work_item_id=item.pk, type="run.stale_recovered", data={"status": status},
                      action_id=action.pk, run_id=run.pk, actor=actor, now=now)
         return True
@@ -79,14 +80,14 @@ def _recover_one(item: WorkItem, run: Run, now: datetime, actor: str) -> bool:
     common.guarded_update(
         Action.objects.filter(pk=action.pk, status=ActionStatus.RUNNING, current_run_id=run.pk),
         status=a_status, current_run_id=None, updated_at=now, claimable=False)
-    if graph:
-        common.graph_refresh(item, now)
+    if in_graph:
+        graph.graph_refresh(item, now)
     else:
         common.save_item_state(item, now, status=WorkItemStatus.READY if retryable else WorkItemStatus.NEEDS_ATTENTION,
                                current_action_id=action.pk, current_run_id=None,
                                guard=WorkItem.objects.filter(pk=item.pk, status=WorkItemStatus.RUNNING,
                                                              current_action_id=action.pk, current_run_id=run.pk))
-    common.sync_claimable(item)
+    graph.sync_claimable(item)
     event_append(work_item_id=item.pk, type="run.interrupted", data={"retryable": retryable},
                  action_id=action.pk, run_id=run.pk, actor=actor, now=now)
     return True

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import InvalidInput, InvalidState, NotFound
 from ..events import event_append
 from ..models import (
+    ExecutionMode,
     OPEN_ACTION_STATUSES,
     TERMINAL_ITEM_STATUSES,
     Action,
@@ -23,31 +24,21 @@ from ..models import (
     RunStatus,
     WorkItem,
     WorkItemStatus,
+    WorkspaceMode,
 )
-from . import common, workflows
+from . import common, graph, workflows
 from .common import resolve_now, store_transaction
+from .normalize import BRIEF_FIELD_MAX, BRIEF_FIELDS, normalize_brief, storable_text
 from .runs import interrupt_locked
 
 MAX_REASON = 2_000
 MAX_INSTRUCTION = 200_000
 MAX_ATTEMPTS_LIMIT = 100
-BRIEF_FIELDS = ("objective", "approach", "expected_outcome")
 RESETTABLE = (ActionStatus.FAILED, ActionStatus.WAITING, ActionStatus.RUNNING)
 EDITABLE = (ActionStatus.READY, ActionStatus.RUNNING, ActionStatus.WAITING, ActionStatus.FAILED)
 
 
 # --- input checks (before any transaction: bad input writes nothing) ----------------------------
-
-def _storable(text: str) -> bool:
-    """PostgreSQL refuses NUL and lone surrogates; refuse them on every database alike."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
 
 def _clean_reason(reason: Any) -> str:
     text = reason.strip() if isinstance(reason, str) else ""
@@ -55,7 +46,7 @@ def _clean_reason(reason: Any) -> str:
         raise InvalidInput("reason is required for an admin repair", fields=["reason"])
     if len(text) > MAX_REASON:
         raise InvalidInput(f"reason must be at most {MAX_REASON} characters", fields=["reason"])
-    if not _storable(text):
+    if not storable_text(text):
         raise InvalidInput("reason must not contain NUL (0x00) characters or invalid Unicode", fields=["reason"])
     return text
 
@@ -77,7 +68,7 @@ def _clean_instruction(value: Any) -> str:
         raise InvalidInput("instruction must be a non-blank string", fields=["instruction"])
     if len(value) > MAX_INSTRUCTION:
         raise InvalidInput(f"instruction must be at most {MAX_INSTRUCTION} characters", fields=["instruction"])
-    if not _storable(value):
+    if not storable_text(value):
         raise InvalidInput("instruction must not contain NUL (0x00) characters or invalid Unicode",
                            fields=["instruction"])
     return value
@@ -96,9 +87,9 @@ def _clean_brief(value: Any) -> dict:
     for key, text in value.items():
         if not isinstance(text, str):
             raise InvalidInput(f"brief.{key} must be a string", fields=["brief"])
-        if len(text.strip()) > workflows.MAX_BRIEF_LEN:
-            raise InvalidInput(f"brief.{key} must be at most {workflows.MAX_BRIEF_LEN} characters", fields=["brief"])
-        if not _storable(text):
+        if len(text.strip()) > BRIEF_FIELD_MAX:
+            raise InvalidInput(f"brief.{key} must be at most {BRIEF_FIELD_MAX} characters", fields=["brief"])
+        if not storable_text(text):
             raise InvalidInput(f"brief.{key} must not contain NUL (0x00) characters or invalid Unicode",
                                fields=["brief"])
         out[key] = text
@@ -113,8 +104,8 @@ def _clean_max_attempts(value: Any) -> int:
 
 
 def _clean_workspace_mode(value: Any) -> str:
-    if value not in workflows.WORKSPACE_MODES:
-        raise InvalidInput(f"workspace_mode must be one of {', '.join(workflows.WORKSPACE_MODES)}",
+    if value not in WorkspaceMode.values:
+        raise InvalidInput(f"workspace_mode must be one of {', '.join(WorkspaceMode.values)}",
                            fields=["workspace_mode"])
     return value
 
@@ -140,7 +131,7 @@ def _refuse_terminal(item: WorkItem, what: str) -> None:
 def _refuse_not_current_linear(item: WorkItem, action: Action, what: str) -> None:
     # Linear items run only their current action: repairing another one would leave two open
     # actions competing for the item's single pointer.
-    if item.execution_mode != "graph" and item.current_action_id != action.pk:
+    if item.execution_mode != ExecutionMode.GRAPH and item.current_action_id != action.pk:
         raise InvalidState(f"Cannot {what} Action {action.pk}: it is not the current Action of its linear WorkItem",
                            extra={"current_action_id": item.current_action_id})
 
@@ -163,7 +154,7 @@ def _release_action(item: WorkItem, action: Action, *, status: str, run_error: s
 
 
 def _refuse_linear_status(item: WorkItem, allowed: tuple[str, ...], what: str) -> None:
-    if item.execution_mode != "graph" and item.status not in allowed:
+    if item.execution_mode != ExecutionMode.GRAPH and item.status not in allowed:
         raise InvalidState(f"Cannot {what} the current Action of a linear WorkItem in {item.status}",
                            extra={"status": item.status})
 
@@ -171,12 +162,12 @@ def _refuse_linear_status(item: WorkItem, allowed: tuple[str, ...], what: str) -
 def _item_after(item: WorkItem, action: Action, now: datetime, *, linear_status: str) -> None:
     """Graph items are refreshed (DOMAIN §7.6); a linear item takes `linear_status` with the action current."""
     guard = WorkItem.objects.filter(pk=item.pk, status=item.status)
-    if item.execution_mode == "graph":
-        common.graph_refresh(item, now, guard=guard)
+    if item.execution_mode == ExecutionMode.GRAPH:
+        graph.graph_refresh(item, now, guard=guard)
     else:
         common.save_item_state(item, now, status=linear_status, current_action_id=action.pk, current_run_id=None,
                                guard=guard.filter(current_action_id=action.pk))
-    common.sync_claimable(item)
+    graph.sync_claimable(item)
 
 
 def _run_error(actor: str, reason: str) -> str:
@@ -303,7 +294,7 @@ def action_edit(
         changes: dict[str, Any] = {}
         if "brief" in given:
             current = action.brief if isinstance(action.brief, dict) else workflows.default_brief(action.type)
-            merged = workflows.normalize_brief({**current, **given["brief"]}, action.type)
+            merged = normalize_brief({**current, **given["brief"]}, workflows.default_brief(action.type))
             if merged != action.brief:
                 changes["brief"] = merged
         for key in ("instruction", "max_attempts", "workspace_mode"):

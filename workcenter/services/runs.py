@@ -10,8 +10,9 @@ from typing import Any
 
 from ..errors import InvalidInput, InvalidState, PlanError, ReservationActive, StaleRun
 from ..events import event_append, publish_progress_on_commit
-from ..models import Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus
-from . import common, normalize, workflows
+from ..models import ExecutionMode, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus
+from .. import db, rules
+from . import common, graph, normalize, planning, workflows
 from .common import resolve_now, store_transaction
 from .hooks import fault_point
 
@@ -98,15 +99,15 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
     if not isinstance(result, dict):
         raise InvalidInput("result must be an object", fields=["result"])
     actor = actor or f"worker:{owner_boot_id}"
-    with store_transaction(), common.hot_cursor() as cur:
+    with store_transaction(), db.hot_cursor() as cur:
         now = resolve_now(now)
         # 1. run, action and item in one read (the item locked first), then the fence (§7.1)
         run, action, item = common.lease_rows(run_id, cur)
         if run is None:
-            raise StaleRun(common.stale_reason(None, None, None, now, True), extra={"run_id": run_id})
+            raise StaleRun(rules.stale_reason(None, None, None, now, True), extra={"run_id": run_id})
         sub = normalize.normalize_submission(result, action_type=action.type,
                                              criteria=list(item.acceptance_criteria or []))
-        lease, reason = common.lease_check(run, action, item, owner_boot_id, lease_epoch, now, require_live=True)
+        lease, reason = rules.lease_check(run, action, item, owner_boot_id, lease_epoch, now, require_live=True)
         if lease is None:
             raise StaleRun(reason, extra={"run_id": run_id})
         mode_before = item.execution_mode
@@ -114,7 +115,7 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
         new_snapshot = None
         if sub["outcome"] == "completed" and action.type == "triage" and snapshot.get("planning_mode") == "ai":
             try:
-                new_snapshot = workflows.apply_triage_plan(snapshot, sub["plan"])
+                new_snapshot = planning.apply_triage_plan(snapshot, sub["plan"])
             except PlanError as exc:
                 sub["outcome"], sub["error"] = "failed", str(exc)
         outcome = sub["outcome"]
@@ -129,7 +130,7 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
             "progress_revision": run.progress_revision + 1,
         }
         run_values.update({f: sub[f] for f in normalize.COUNTER_FIELDS})
-        w = common.Writes(cur)  # one statement per batch on PostgreSQL
+        w = db.Writes(cur)  # one statement per batch on PostgreSQL
         w.update(Run, run.pk, run_values, '"status" = %s AND "lease_epoch" = %s', [RunStatus.RUNNING, lease_epoch])
         for k, v in run_values.items():
             setattr(run, k, v)
@@ -157,7 +158,7 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
         if outcome == "completed":
             a_status = ActionStatus.COMPLETED
         elif outcome == "waiting":
-            a_status = ActionStatus.WAITING if mode_after == "graph" else ActionStatus.COMPLETED
+            a_status = ActionStatus.WAITING if mode_after == ExecutionMode.GRAPH else ActionStatus.COMPLETED
         elif outcome == "retryable":
             a_status = ActionStatus.READY if _retry_state(action) else ActionStatus.FAILED
         else:
@@ -168,36 +169,36 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
 
         event_type, data = _event_for(outcome, action, run, sub, mode_after)
         # 6-7. follow-up actions and the item's status; the guard follows the mode it ran under [DEV-6]
-        if mode_before == "graph":
-            guard_sql, guard_params = '"status" IN (%s, %s, %s)', list(common.RUNNING_ITEM_OK)
+        if mode_before == ExecutionMode.GRAPH:
+            guard_sql, guard_params = '"status" IN (%s, %s, %s)', list(rules.RUNNING_ITEM_OK)
         else:
             guard_sql = '"status" = %s AND "current_action_id" = %s AND "current_run_id" = %s'
             guard_params = [WorkItemStatus.RUNNING, action.pk, run.pk]
         followups = event_type == "action.completed" and (
             new_snapshot is not None or (action.type == "review" and sub["review_decision"] == "changes_requested"))
-        if mode_after == "graph":
+        if mode_after == ExecutionMode.GRAPH:
             if followups:  # new actions (a plan) or a reset (changes requested) first
                 w.flush()
                 fault_point("after_run_update")
                 event_type, data = _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now)
-                actions = common.graph_actions(cur, item.pk)
+                actions = graph.graph_actions(cur, item.pk)
             else:
                 # the common case: the batch also reads the item's actions (on PostgreSQL as they
                 # were before it, so the submitted one is patched), and the item, flag and event
                 # writes go as a second batch
-                actions = common.flush_reading_graph(w, item.pk)
+                actions = graph.flush_reading_graph(w, item.pk)
                 fault_point("after_run_update")
                 for a in actions:
                     if a.pk == action.pk:
                         a.status, a.current_run_id, a.claimable = a_status, None, False
                 event_type, data = _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now)
             # one read of the actions for the status and the claimable flags
-            common.graph_refresh_locked(w, item, actions, now, where=guard_sql, params=guard_params)
+            graph.graph_refresh_locked(w, item, actions, now, where=guard_sql, params=guard_params)
         else:
             w.flush()
             fault_point("after_run_update")
-            if mode_before == "graph":
-                item_guard = WorkItem.objects.filter(pk=item.pk, status__in=common.RUNNING_ITEM_OK)
+            if mode_before == ExecutionMode.GRAPH:
+                item_guard = WorkItem.objects.filter(pk=item.pk, status__in=rules.RUNNING_ITEM_OK)
             else:
                 item_guard = WorkItem.objects.filter(pk=item.pk, status=WorkItemStatus.RUNNING,
                                                      current_action_id=action.pk, current_run_id=run.pk)
@@ -207,7 +208,7 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
             elif outcome == "completed":
                 nxt = Action.objects.filter(pk=item.current_action_id).values_list("type", flat=True).first()
                 data = {"next_action_type": nxt, "review_decision": sub["review_decision"]}
-            common.sync_claimable(item)
+            graph.sync_claimable(item)
         fault_point("before_event")
         event_append(work_item_id=item.pk, type=event_type, data=data, action_id=action.pk, run_id=run.pk,
                      actor=actor, now=now, writes=w)
@@ -241,7 +242,7 @@ def _linear_followups(item: WorkItem, action: Action, run: Run, sub: dict, outco
         stage = workflows.find_stage(item.workflow_snapshot, next_id)
         context = list(action.context or []) + [
             common.run_context_entry(run, action, review_decision=sub["review_decision"])]
-        new = common.insert_action(item, common.stage_fields(item, stage, context), now)
+        new = common.insert_action(item, rules.action_fields(item, stage=stage, context=context), now)
         common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=new.pk, guard=guard)
 
 
@@ -255,10 +256,8 @@ def _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now
         if stage is None or (stage.get("id") or stage.get("type")) != target_stage:
             raise InvalidState(f"review return stage is missing from the workflow: {target_stage}")
         context = list(action.context or []) + [entry]
-        replacement = common.stage_fields(item, stage, context)
-        actions = common.item_actions(item, lock=True)
-        plan = common.plan_graph_reset(item, actions, target_stage, replacement, now)
-        common.apply_graph_reset(plan, replacement, common.RESET_REASON_CHANGES, now)
+        replacement = rules.action_fields(item, stage=stage, context=context)
+        graph.graph_reset(item, target_stage, replacement, reason=rules.RESET_REASON_CHANGES, now=now)
         return "review.changes_requested", {"target_stage_id": target_stage}
     count = 0
     if new_snapshot is not None:
@@ -267,7 +266,7 @@ def _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now
         for stage in new_snapshot.get("stages", []):
             if stage.get("id") == action.effective_stage_id or stage.get("type") == "triage":
                 continue
-            common.insert_action(item, common.stage_fields(item, stage, context), now, sequence=seq)
+            common.insert_action(item, rules.action_fields(item, stage=stage, context=context), now, sequence=seq)
             seq += 1
             count += 1
     return "action.completed", {"next_action_count": count, "review_decision": sub["review_decision"]}
@@ -291,13 +290,13 @@ def run_interrupt(*, run_id: str, owner_boot_id: str, lease_epoch: int,
         return True
 
 
-def interrupt_locked(lease: common.Lease, now: datetime, *, reason: str, final_progress: dict | None,
+def interrupt_locked(lease: rules.Lease, now: datetime, *, reason: str, final_progress: dict | None,
                      event_type: str, data_extra: dict, actor: str) -> bool:
     """Steps 2-7 of DOMAIN §9.1 for a run whose fence holds; shared by interrupt and admin release."""
     run, action, item = lease.run, lease.action, lease.item
-    if common.has_live_reservation(action, now):
+    if rules.has_live_reservation(action, now):
         raise ReservationActive(extra={"action_id": action.pk})
-    retryable = common.retryable_on_interrupt(action)
+    retryable = rules.retryable_on_interrupt(action)
     values: dict = {"status": RunStatus.INTERRUPTED, "ended_at": now, "error": reason}
     if isinstance(final_progress, dict):
         values.update(common.apply_progress_fields(final_progress))
@@ -310,8 +309,8 @@ def interrupt_locked(lease: common.Lease, now: datetime, *, reason: str, final_p
         status=a_status, current_run_id=None, updated_at=now, claimable=False,
     )
     action.status = a_status
-    if item.execution_mode == "graph":
-        common.graph_refresh(item, now)
+    if item.execution_mode == ExecutionMode.GRAPH:
+        graph.graph_refresh(item, now)
     else:
         common.guarded_update(
             WorkItem.objects.filter(pk=item.pk, status=WorkItemStatus.RUNNING, current_action_id=action.pk,
@@ -321,7 +320,7 @@ def interrupt_locked(lease: common.Lease, now: datetime, *, reason: str, final_p
         )
         item.status = WorkItemStatus.READY if retryable else WorkItemStatus.NEEDS_ATTENTION
         item.current_run_id = None
-    common.sync_claimable(item)
+    graph.sync_claimable(item)
     event_append(work_item_id=item.pk, type=event_type, data={"retryable": retryable, **data_extra},
                  action_id=action.pk, run_id=run.pk, actor=actor, now=now)
     return retryable

@@ -10,8 +10,9 @@ from django.db import IntegrityError
 
 from ..errors import FenceLost, InvalidInput, InvalidState, RevisionConflict, WorkflowError
 from ..events import event_append
-from ..models import OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
-from . import common, normalize, workflows
+from ..models import ExecutionMode, OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
+from .. import rules
+from . import common, graph, normalize, planning, workflows
 from .common import resolve_now, store_transaction
 
 MISSING: Any = object()
@@ -148,7 +149,7 @@ def work_item_create(
             raise InvalidInput(exc.message, fields=["workflow"]) from None
         template = snapshot.get("id") or "custom"
     else:
-        snapshot = workflows.planning_snapshot(workflows.default_workflows(), work_item_type)
+        snapshot = planning.planning_snapshot(workflows.default_workflows(), work_item_type)
         template = "ai-planned"
     start = True if start is None else bool(start)
     with store_transaction():
@@ -180,7 +181,7 @@ def work_item_create(
         if start:
             action = _insert_initial(item, now)
             common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk)
-            common.sync_claimable(item)
+            graph.sync_claimable(item)
         event_append(work_item_id=item.pk, type="work_item.created", data={"status": item.status},
                      action_id=action.pk if action else None, actor=actor, now=now)
         return item
@@ -189,7 +190,7 @@ def work_item_create(
 def _insert_initial(item: WorkItem, now: datetime, *, context: list | None = None) -> Action:
     if context is None:
         context = common.reusable_context(item.work_dir, item.pk) if item.reuse_memory else []
-    fields = common.stage_fields(item, common.initial_stage(item), context)
+    fields = rules.action_fields(item, stage=common.initial_stage(item), context=context)
     return common.insert_action(item, fields, now)
 
 
@@ -207,7 +208,7 @@ def work_item_start(*, item_id: str, actor: str = "system", now: datetime | None
         action = _insert_initial(item, now)
         common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk,
                                guard=_status_guard(item, WorkItemStatus.DRAFT))
-        common.sync_claimable(item)
+        graph.sync_claimable(item)
         event_append(work_item_id=item.pk, type="work_item.started", data={}, action_id=action.pk, actor=actor, now=now)
         return item
 
@@ -287,13 +288,13 @@ def work_item_update(
             return item
         common.refuse_if_reserved(_open_actions(item), now)
         _invalidate(item, now, action_status=ActionStatus.SUPERSEDED, run_status=RunStatus.SUPERSEDED,
-                    reason=common.REASON_CONTRACT, include_failed=item.execution_mode == "graph")
+                    reason=rules.REASON_CONTRACT, include_failed=item.execution_mode == ExecutionMode.GRAPH)
         common.guarded_update(guard, **new, workspace_key=item.workspace_key, revision=item.revision + 1)
         item.revision += 1
         guard = _status_guard(item, item.status, revision=item.revision)
         action = _insert_initial(item, now, context=[])
         common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk, guard=guard)
-        common.sync_claimable(item)
+        graph.sync_claimable(item)
         event_append(work_item_id=item.pk, type="workflow.retriaged",
                      data={"revision": item.revision, "changed_fields": changed_fields},
                      action_id=action.pk, actor=actor, now=now)
@@ -312,9 +313,9 @@ def work_item_cancel(*, item_id: str, actor: str = "system", now: datetime | Non
         common.refuse_if_reserved(_open_actions(item), now)
         guard = _status_guard(item, item.status)
         _invalidate(item, now, action_status=ActionStatus.CANCELLED, run_status=RunStatus.CANCELLED,
-                    reason=common.REASON_CANCELLED)
+                    reason=rules.REASON_CANCELLED)
         common.save_item_state(item, now, status=WorkItemStatus.CANCELLED, current_action_id=None, guard=guard)
-        common.sync_claimable(item)
+        graph.sync_claimable(item)
         event_append(work_item_id=item.pk, type="work_item.cancelled", data={}, actor=actor, now=now)
         return item
 
@@ -354,19 +355,18 @@ def work_item_guide(
         guard = _status_guard(item, item.status, revision=item.revision)
         entry = {"type": "guidance", "role": "user", "summary": text, "evidence": []}
         context = list(previous.context or []) + [entry]
-        replacement = common.rebuilt_fields(item, previous, context)
-        if item.execution_mode == "graph":
-            actions = common.item_actions(item, lock=True)
-            plan = common.plan_graph_reset(item, actions, previous.effective_stage_id, replacement, now)
-            target = common.apply_graph_reset(plan, replacement, common.REASON_GUIDANCE, now)
+        replacement = rules.action_fields(item, previous=previous, context=context)
+        if item.execution_mode == ExecutionMode.GRAPH:
+            target = graph.graph_reset(item, previous.effective_stage_id, replacement, reason=rules.REASON_GUIDANCE,
+                                       now=now)
         else:
             _invalidate(item, now, action_status=ActionStatus.SUPERSEDED, run_status=RunStatus.SUPERSEDED,
-                        reason=common.REASON_GUIDANCE)
+                        reason=rules.REASON_GUIDANCE)
             target = common.insert_action(item, replacement, now)
         extra = {"attachments": new_attachments} if attachments is not None else {}
         common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=target.pk, guard=guard,
                                **extra)
-        common.sync_claimable(item)
+        graph.sync_claimable(item)
         event_append(work_item_id=item.pk, type="action.guidance_added", data={"guidance": text},
                      action_id=target.pk, actor=actor, now=now)
         return item
@@ -379,16 +379,16 @@ def _retry_plan(item: WorkItem, answer: Any, now: datetime):
     if item.status == WorkItemStatus.WAITING and not answer_text:
         raise InvalidInput("answer is required to resume a waiting WorkItem", fields=["answer"])
     previous = Action.objects.filter(pk=item.current_action_id).first() if item.current_action_id else None
-    graph = item.execution_mode == "graph"
+    in_graph = item.execution_mode == ExecutionMode.GRAPH
     if previous is None:
-        if graph:
+        if in_graph:
             raise InvalidState("graph retry target is missing")
-        return previous, None, common.stage_fields(item, common.initial_stage(item), []), None
+        return previous, None, rules.action_fields(item, stage=common.initial_stage(item), context=[]), None
     previous_run, replacement = _replacement(item, previous, answer_text or None)
     plan = None
-    if graph:
+    if in_graph:
         actions = common.item_actions(item, lock=True)
-        plan = common.plan_graph_reset(item, actions, previous.effective_stage_id, replacement, now)
+        plan = graph.plan_graph_reset(item, actions, previous.effective_stage_id, replacement, now)
     return previous, previous_run, replacement, plan
 
 
@@ -411,7 +411,7 @@ def _replacement(item: WorkItem, previous: Action, answer: str | None) -> tuple[
     if previous_run is not None:
         context.append(common.run_context_entry(
             previous_run, previous, waiting_reason=previous_run.waiting_reason, answer=answer))
-    return previous_run, common.rebuilt_fields(item, previous, context)
+    return previous_run, rules.action_fields(item, previous=previous, context=context)
 
 
 def _clean_answers(answers: Any) -> dict[str, str]:
@@ -443,14 +443,14 @@ def _clean_answers(answers: Any) -> dict[str, str]:
 def waiting_actions(item: WorkItem, actions: list[Action] | None = None) -> list[Action]:
     """The stages that wait for an answer, by sequence: a graph item's canonical actions in
     `waiting` [DEV-4]; a waiting linear item's current action (it stays `completed`, §7.4)."""
-    if item.execution_mode != "graph":
+    if item.execution_mode != ExecutionMode.GRAPH:
         if item.status != WorkItemStatus.WAITING or not item.current_action_id:
             return []
         current = Action.objects.filter(pk=item.current_action_id).first()
         return [current] if current else []
     if actions is None:
         actions = common.item_actions(item)
-    canon = common.canonical_actions(actions)
+    canon = rules.canonical_actions(actions)
     return sorted((a for a in canon.values() if a.status == ActionStatus.WAITING), key=lambda a: a.sequence)
 
 
@@ -459,7 +459,7 @@ def _answer_targets(item: WorkItem, answers: dict[str, str], actions: list[Actio
     """What an `answers` retry resets, by sequence: every named stage, each of which must wait
     (graph: a waiting canonical action; linear: only the current action), and the item's current
     action; a waiting item's current action must be named (it needs its answer)."""
-    if item.execution_mode != "graph":
+    if item.execution_mode != ExecutionMode.GRAPH:
         if list(answers) != [item.current_action_id]:
             raise InvalidInput(f"{field} of a linear WorkItem must name its current action only "
                                f"({item.current_action_id})", fields=[field])
@@ -496,11 +496,11 @@ def _answers_retry(item: WorkItem, answers: dict[str, str], now: datetime, actor
     guard = _status_guard(item, item.status)
     reset = []
     for target, replacement in replacements:
-        # planned on the actions as the previous resets left them (apply_graph_reset updates them)
-        plan = common.plan_graph_reset(item, actions, target.effective_stage_id, replacement, now)
-        reset.append(common.apply_graph_reset(plan, replacement, common.RESET_REASON_RETRY, now))
+        # planned on the actions as the previous resets left them (a reset updates them in place)
+        reset.append(graph.graph_reset(item, target.effective_stage_id, replacement, reason=rules.RESET_REASON_RETRY,
+                                       now=now, actions=actions))
     common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=reset[0].pk, guard=guard)
-    common.sync_claimable(item)
+    graph.sync_claimable(item)
     for target in reset:
         event_append(work_item_id=item.pk, type="work_item.retried",
                      data={"target_stage_id": target.effective_stage_id}, action_id=target.pk, actor=actor, now=now)
@@ -524,20 +524,21 @@ def work_item_retry(*, item_id: str, answer: Any = None, answers: Any = None, ac
             # after the status: an item that needs no retry says so whatever the answers
             _refuse_unless_retryable(item)
             cleaned = _clean_answers(answers)
-            if item.execution_mode == "graph":
+            if item.execution_mode == ExecutionMode.GRAPH:
                 return _answers_retry(item, cleaned, now, actor)
             _answer_targets(item, cleaned, None)
             answer = cleaned[item.current_action_id]
         previous, _run, replacement, plan = _retry_plan(item, answer, now)
         guard = _status_guard(item, item.status)
         if plan is not None:
-            target = common.apply_graph_reset(plan, replacement, common.RESET_REASON_RETRY, now)
+            target = graph.graph_reset(item, plan.target.effective_stage_id, replacement,
+                                       reason=rules.RESET_REASON_RETRY, now=now, plan=plan)
             data = {"target_stage_id": target.effective_stage_id}
         else:
             target = common.insert_action(item, replacement, now)
             data = {}
         common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=target.pk, guard=guard)
-        common.sync_claimable(item)
+        graph.sync_claimable(item)
         event_append(work_item_id=item.pk, type="work_item.retried", data=data, action_id=target.pk, actor=actor, now=now)
         return item
 
@@ -580,7 +581,7 @@ def work_item_retry_preview(*, item_id: str, action_ids: list[str] | None = None
             run = _last_ended_run(action)
             resets = []
             if plan is not None:
-                alone = common.plan_graph_reset(item, actions, action.effective_stage_id, None, now)
+                alone = graph.plan_graph_reset(item, actions, action.effective_stage_id, None, now)
                 resets = _by_sequence(alone.affected)
             waiting.append(_waiting_entry(action, run, resets))
         if plan is None:
@@ -589,7 +590,7 @@ def work_item_retry_preview(*, item_id: str, action_ids: list[str] | None = None
             return {
                 "target_action_id": item.current_action_id,
                 "target_stage_id": previous.effective_stage_id if previous else _replacement["stage_id"],
-                "mode": "linear",
+                "mode": ExecutionMode.LINEAR,
                 "reset_action_ids": [],
                 "superseded_run_ids": [],
                 "new_action": True,
@@ -599,13 +600,13 @@ def work_item_retry_preview(*, item_id: str, action_ids: list[str] | None = None
         runs = list(plan.superseded_run_ids)
         if action_ids:
             for target in _answer_targets(item, dict.fromkeys(action_ids, "preview"), actions, "action_id"):
-                other = common.plan_graph_reset(item, actions, target.effective_stage_id, None, now)
+                other = graph.plan_graph_reset(item, actions, target.effective_stage_id, None, now)
                 affected.update({a.pk: a for a in other.affected})
                 runs += [r for r in other.superseded_run_ids if r not in runs]
         return {
             "target_action_id": plan.target.pk,
             "target_stage_id": plan.target.effective_stage_id,
-            "mode": "graph",
+            "mode": ExecutionMode.GRAPH,
             "reset_action_ids": _by_sequence(affected.values()),
             "superseded_run_ids": runs,
             "new_action": False,

@@ -13,7 +13,7 @@ from tests.conftest import Clock, Store, make_graph
 from workcenter import services
 from workcenter.models import Action, Event, Run, WorkItem
 from workcenter.services import hooks
-from workcenter.services.claims import workspace_blocks
+from workcenter.rules import workspace_blocks
 
 pytestmark = [
     pytest.mark.postgres,

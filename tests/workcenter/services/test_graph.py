@@ -154,7 +154,7 @@ def test_item_state_and_reset_writes_are_guarded_on_the_rows_as_read(store):
 
     from tests.conftest import item_snapshot
     from workcenter.errors import FenceLost
-    from workcenter.services import common
+    from workcenter.services import common, graph
 
     item = make_graph(store, [{"id": "a"}, {"id": "b", "deps": ["a"]}])
     before = item_snapshot(item.pk)
@@ -167,7 +167,7 @@ def test_item_state_and_reset_writes_are_guarded_on_the_rows_as_read(store):
     with pytest.raises(FenceLost), transaction.atomic():
         fresh = common.lock_item(item.pk)
         actions = common.item_actions(fresh, lock=True)
-        plan = common.plan_graph_reset(fresh, actions, "a", None, store.now())
+        plan = graph.plan_graph_reset(fresh, actions, "a", None, store.now())
         Action.objects.filter(pk=plan.affected[-1].pk).update(status="failed")
-        common.apply_graph_reset(plan, None, "test", store.now())
+        graph.apply_graph_reset(plan, None, "test", store.now())
     assert item_snapshot(item.pk) == before

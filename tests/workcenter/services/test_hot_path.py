@@ -7,7 +7,8 @@ from django.test.utils import CaptureQueriesContext
 from tests.conftest import completed, make_graph
 from workcenter import services
 from workcenter.models import Action, Event, Run, WorkItem
-from workcenter.services import common
+from workcenter import db
+from workcenter.services import common, graph
 from workcenter.services.hooks import inject_fault
 
 
@@ -56,7 +57,7 @@ def test_lease_rows_of_a_missing_run_are_empty(store):
 def test_partial_row_defers_the_other_columns(store):
     item = make_graph(store, [{"id": "a"}])
     with connection.cursor() as cur:
-        (action,) = common.graph_actions(cur, item.pk)
+        (action,) = graph.graph_actions(cur, item.pk)
     assert action.get_deferred_fields() >= {"instruction", "context", "brief"}
     assert action.instruction == "do a"  # a deferred column loads on access, as with .only()
 
@@ -96,8 +97,8 @@ def test_a_write_batch_that_misses_a_guard_writes_nothing(store):
     a, b = Action.objects.filter(work_item_id=item.pk).order_by("stage_id")
     before = list(Action.objects.order_by("pk").values_list("pk", "status", "attempt"))
     # when one batch updates the first (its guard holds) and the second with a guard that misses
-    with pytest.raises(FenceLost), transaction.atomic(), common.hot_cursor() as cur:
-        w = common.Writes(cur)
+    with pytest.raises(FenceLost), transaction.atomic(), db.hot_cursor() as cur:
+        w = db.Writes(cur)
         w.update(Action, a.pk, {"attempt": 7}, '"status" = %s', ["ready"])
         w.update(Action, b.pk, {"attempt": 7}, '"status" = %s', ["running"])
         w.flush()
@@ -105,8 +106,8 @@ def test_a_write_batch_that_misses_a_guard_writes_nothing(store):
     assert list(Action.objects.order_by("pk").values_list("pk", "status", "attempt")) == before
     # and a batch whose guards hold writes both and hands back a returned column
     got = {}
-    with transaction.atomic(), common.hot_cursor() as cur:
-        w = common.Writes(cur)
+    with transaction.atomic(), db.hot_cursor() as cur:
+        w = db.Writes(cur)
         table = Action._meta.db_table
         w.add(f'UPDATE "{table}" SET "attempt" = 3 WHERE "id" = %s', [a.pk], returning='"attempt"',
               on_result=lambda v: got.setdefault("a", v))
@@ -293,11 +294,11 @@ def test_json_columns_decode_as_the_orm_decodes_them(store):
     col = field.get_col("a")
     texts = ["[]", "{}", "null", '[{"a": 1}]', '{"k": [1, "x"]}', "3", '"s"', "not json", None]
     # when the hot path's converter reads them
-    got = [common._json_from_db(t, col, connection) for t in texts]
+    got = [db._json_from_db(t, col, connection) for t in texts]
     # then it returns what JSONField.from_db_value returns
     assert got == [field.from_db_value(t, col, connection) for t in texts]
     # and the empty containers are fresh objects: a caller mutating one cannot change another row's
-    first, second = (common.ACTION_ROW.build_many([row], connection)[0] for row in _two_action_rows(store))
+    first, second = (db.ACTION_ROW.build_many([row], connection)[0] for row in _two_action_rows(store))
     assert first.context == [] and second.context == [] and first.context is not second.context
     first.context.append("x")
     assert second.context == []
@@ -307,7 +308,7 @@ def _two_action_rows(store):
     make_graph(store, [{"id": "a"}])
     make_graph(store, [{"id": "b"}])
     with connection.cursor() as cur:
-        cur.execute(f'SELECT {common.ACTION_ROW.columns()} FROM {Action._meta.db_table} a ORDER BY a."stage_id"')
+        cur.execute(f'SELECT {db.ACTION_ROW.columns()} FROM {Action._meta.db_table} a ORDER BY a."stage_id"')
         return cur.fetchall()
 
 
@@ -320,8 +321,8 @@ def test_hot_execute_maps_database_errors_and_rolls_back(store):
     # when a hot statement violates a constraint (a second row with the same id), outside a debug cursor
     sql = f'UPDATE {Action._meta.db_table} SET "id" = %s WHERE "id" <> %s'
     other = make_graph(store, [{"id": "b"}])
-    with pytest.raises(IntegrityError), transaction.atomic(), common.hot_cursor() as cur:
-        common.hot_execute(cur, sql, [action.pk, action.pk])
+    with pytest.raises(IntegrityError), transaction.atomic(), db.hot_cursor() as cur:
+        db.hot_execute(cur, sql, [action.pk, action.pk])
     # then Django's error is raised and nothing was written
     assert Action.objects.filter(work_item_id=other.pk).count() == 1
     assert Action.objects.get(pk=action.pk).work_item_id == item.pk
@@ -331,9 +332,9 @@ def test_new_instance_is_what_the_model_constructor_builds(store):
     now = store.now()
     values = {"id": "r1", "action_id": "a1", "work_item_id": "w1", "owner_boot_id": "b", "lease_epoch": 1,
               "status": "running", "started_at": now, "expires_at": now}
-    built, constructed = common.new_instance(Run, connection.alias, values), Run(**values)
+    built, constructed = db.new_instance(Run, connection.alias, values), Run(**values)
     assert _fields(built) == _fields(constructed)
     assert built._state.adding is False and built._state.db == connection.alias
     # callable defaults are called per instance
-    a, b = (common.new_instance(Event, connection.alias, {"type": "t"}) for _ in range(2))
+    a, b = (db.new_instance(Event, connection.alias, {"type": "t"}) for _ in range(2))
     assert a.data == {} and a.data is not b.data

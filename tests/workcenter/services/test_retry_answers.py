@@ -113,9 +113,9 @@ def test_refused_answers_write_nothing(store):
 def test_a_failed_guarded_write_rolls_back_every_reset(store, monkeypatch):
     item, db, region, _ = _two_waiting(store)
     before = item_snapshot(item.pk)
-    from workcenter.services import common
+    from workcenter.services import graph
 
-    real = common.apply_graph_reset
+    real = graph.apply_graph_reset
     calls = []
 
     def second_loses_its_fence(plan, replacement, reason, now):
@@ -124,7 +124,7 @@ def test_a_failed_guarded_write_rolls_back_every_reset(store, monkeypatch):
             Action.objects.filter(pk=plan.target.pk).update(lease_epoch=99)
         return real(plan, replacement, reason, now)
 
-    monkeypatch.setattr(common, "apply_graph_reset", second_loses_its_fence)
+    monkeypatch.setattr(graph, "apply_graph_reset", second_loses_its_fence)
     with pytest.raises(FenceLost):
         services.work_item_retry(item_id=item.pk, answers=_answers(**{db.action.pk: "a", region.action.pk: "b"}),
                                  now=store.now())

@@ -1,0 +1,159 @@
+-- The named statements of Work Center: every fixed SQL statement the code runs by hand.
+--
+-- Each statement starts with `-- name: <name>` and one header line saying what it does and what
+-- it locks; a statement whose text differs between the databases gives both, each under
+-- `-- postgresql:` / `-- sqlite:`. `workcenter.db` loads this file once and expands its markers
+-- per database: {table:Model} a quoted table name, {col:Model.field} a quoted column,
+-- {cols:Spec} a row spec's column list under its alias (db.ROW_SPECS), {insert_cols:Model} and
+-- {insert_params:Model} / {typed_params:Model} the columns an insert writes and their
+-- placeholders (typed: with the casts PostgreSQL needs in a SELECT list), {counter_sums} the sums
+-- of the execution counters. Markers the caller fills at run time: {ids} and {values} (SQLite
+-- only: one placeholder, or one (%s, %s) pair, per element). Parameters are positional `%s`.
+--
+-- Locking order (PostgreSQL): the work item row first, then the rows of that item (DOMAIN §2.7).
+
+-- name: claim_first
+-- The first claimable action in claim order, with its item. Locks: PostgreSQL the action and item rows, skipping rows another claimer holds (SKIP LOCKED: a claimer never waits).
+-- postgresql:
+SELECT {cols:Action}, {cols:WorkItem} FROM {table:Action} a JOIN {table:WorkItem} i ON i."id" = a."work_item_id"
+WHERE a."claimable" ORDER BY a."updated_at", a."sequence", a."created_at" LIMIT 1 FOR UPDATE OF a, i SKIP LOCKED
+-- sqlite:
+SELECT {cols:Action}, {cols:WorkItem} FROM {table:Action} a JOIN {table:WorkItem} i ON i."id" = a."work_item_id"
+WHERE a."claimable" ORDER BY a."updated_at", a."sequence", a."created_at" LIMIT 1
+
+-- name: claim_after
+-- The next claimable action after (updated_at, sequence, created_at), keyset over the partial index wc_action_claimable (no OFFSET scan). Locks: as claim_first.
+-- postgresql:
+SELECT {cols:Action}, {cols:WorkItem} FROM {table:Action} a JOIN {table:WorkItem} i ON i."id" = a."work_item_id"
+WHERE a."claimable" AND (a."updated_at" > %s OR (a."updated_at" = %s AND (a."sequence" > %s
+  OR (a."sequence" = %s AND a."created_at" > %s))))
+ORDER BY a."updated_at", a."sequence", a."created_at" LIMIT 1 FOR UPDATE OF a, i SKIP LOCKED
+-- sqlite:
+SELECT {cols:Action}, {cols:WorkItem} FROM {table:Action} a JOIN {table:WorkItem} i ON i."id" = a."work_item_id"
+WHERE a."claimable" AND (a."updated_at" > %s OR (a."updated_at" = %s AND (a."sequence" > %s
+  OR (a."sequence" = %s AND a."created_at" > %s))))
+ORDER BY a."updated_at", a."sequence", a."created_at" LIMIT 1
+
+-- name: running_in_workspace
+-- The (workspace mode, item id) of every running action in one workspace (DOMAIN §5.4). Locks: nothing (the caller holds the workspace's advisory lock).
+SELECT a."workspace_mode", a."work_item_id" FROM {table:Action} a JOIN {table:WorkItem} i ON i."id" = a."work_item_id"
+WHERE a."status" = %s AND i."workspace_key" = %s
+
+-- name: lease_all
+-- A run, its action and its item (full rows) in one joined read, for the fence of DOMAIN §6.1. Locks: PostgreSQL the item, run and action rows, the item first; a row that changed while its lock was awaited is returned as committed.
+-- postgresql:
+SELECT {cols:Run}, {cols:Action}, {cols:WorkItem} FROM {table:WorkItem} i JOIN {table:Run} r ON r."work_item_id" = i."id"
+JOIN {table:Action} a ON a."id" = r."action_id" WHERE r."id" = %s FOR UPDATE OF i, r, a
+-- sqlite:
+SELECT {cols:Run}, {cols:Action}, {cols:WorkItem} FROM {table:WorkItem} i JOIN {table:Run} r ON r."work_item_id" = i."id"
+JOIN {table:Action} a ON a."id" = r."action_id" WHERE r."id" = %s
+
+-- name: graph_actions
+-- An item's actions by sequence, the columns graph refresh and the claimable flags read (DOMAIN §5.3, §7.6). Locks: nothing (the caller holds the item).
+SELECT {cols:GraphAction} FROM {table:Action} a WHERE a."work_item_id" = %s ORDER BY a."sequence"
+
+-- name: set_claimable
+-- Sets the derived claimable flag of the actions {ids}, in primary-key order. Locks: PostgreSQL those action rows (the caller holds their item).
+UPDATE {table:Action} SET "claimable" = %s WHERE "id" IN ({ids})
+
+-- name: run_insert
+-- A new run; its progress_revision continues from the action's earlier runs (DOMAIN §5.6). Locks: nothing beyond the inserted row.
+INSERT INTO {table:Run} ({insert_cols:Run}, "progress_revision") VALUES ({insert_params:Run},
+  (SELECT COALESCE(MAX("progress_revision"), 0) + 1 FROM {table:Run} WHERE "action_id" = %s))
+
+-- name: event_insert
+-- One event row. Locks: PostgreSQL the event-order key SHARED before the id is drawn, held to commit (the function scan runs before the id default; the last parameter is the key).
+-- postgresql:
+INSERT INTO {table:Event} ({insert_cols:Event}) SELECT {typed_params:Event} FROM pg_advisory_xact_lock_shared(%s)
+-- sqlite:
+INSERT INTO {table:Event} ({insert_cols:Event}) VALUES ({insert_params:Event})
+
+-- name: event_order_lock
+-- Waits for every event id already drawn to commit and holds back new ones (a stream read). Locks: the event-order key EXCLUSIVE to the end of the transaction (PostgreSQL only).
+SELECT pg_advisory_xact_lock(%s)
+
+-- name: event_order_try_lock
+-- event_order_lock if the key is free right now: returns whether it was granted. Locks: as event_order_lock, or nothing (PostgreSQL only).
+SELECT pg_try_advisory_xact_lock(%s)
+
+-- name: workspace_lock
+-- Serialises services on one workspace key. Locks: the workspace's advisory key to the end of the transaction (PostgreSQL only).
+SELECT pg_advisory_xact_lock(%s)
+
+-- name: workspace_try_lock
+-- workspace_lock if no one holds it: returns whether it was granted (claims never wait). Locks: as workspace_lock, or nothing (PostgreSQL only).
+SELECT pg_try_advisory_xact_lock(%s)
+
+-- name: detail_item
+-- One work item (the detail's first read). Locks: nothing.
+SELECT {cols:WorkItem} FROM {table:WorkItem} i WHERE i."id" = %s
+
+-- name: detail_actions
+-- An item's actions by sequence. Locks: nothing.
+SELECT {cols:Action} FROM {table:Action} a WHERE a."work_item_id" = %s ORDER BY a."sequence"
+
+-- name: detail_runs
+-- An item's runs, newest first. Locks: nothing.
+SELECT {cols:Run} FROM {table:Run} r WHERE r."work_item_id" = %s ORDER BY r."started_at" DESC, r."id" DESC
+
+-- name: detail_events
+-- An item's newest events (the second parameter: how many). Locks: nothing.
+SELECT {cols:Event} FROM {table:Event} e WHERE e."work_item_id" = %s ORDER BY e."id" DESC LIMIT %s
+
+-- name: events_previous
+-- For each (event id, item id): the largest stored event id below it, overall and in its item. Locks: nothing (run inside a stream read).
+-- postgresql:
+SELECT b."id", (SELECT MAX(e."id") FROM {table:Event} e WHERE e."id" < b."id"),
+  (SELECT MAX(e."id") FROM {table:Event} e WHERE e."work_item_id" = b."item" AND e."id" < b."id")
+FROM unnest(%s::bigint[], %s::text[]) AS b("id", "item")
+-- sqlite:
+WITH b("id", "item") AS (VALUES {values})
+SELECT b."id", (SELECT MAX(e."id") FROM {table:Event} e WHERE e."id" < b."id"),
+  (SELECT MAX(e."id") FROM {table:Event} e WHERE e."work_item_id" = b."item" AND e."id" < b."id")
+FROM b
+
+-- name: summary_items
+-- Several items with their current action's id, type, stage and status (WorkItemSummary). Locks: nothing.
+-- postgresql:
+SELECT {cols:WorkItem}, a."id", a."type", a."stage_id", a."status" FROM {table:WorkItem} i
+LEFT JOIN {table:Action} a ON a."id" = i."current_action_id" WHERE i."id" = ANY(%s::text[])
+-- sqlite:
+SELECT {cols:WorkItem}, a."id", a."type", a."stage_id", a."status" FROM {table:WorkItem} i
+LEFT JOIN {table:Action} a ON a."id" = i."current_action_id" WHERE i."id" IN ({ids})
+
+-- name: summary_counts
+-- Action counts by status of several items. Locks: nothing.
+-- postgresql:
+SELECT "work_item_id", "status", COUNT(*) FROM {table:Action} WHERE "work_item_id" = ANY(%s::text[])
+GROUP BY "work_item_id", "status"
+-- sqlite:
+SELECT "work_item_id", "status", COUNT(*) FROM {table:Action} WHERE "work_item_id" IN ({ids})
+GROUP BY "work_item_id", "status"
+
+-- name: summary_stats
+-- Execution counters summed over the runs of several items. Locks: nothing.
+-- postgresql:
+SELECT "work_item_id", {counter_sums} FROM {table:Run} WHERE "work_item_id" = ANY(%s::text[]) GROUP BY "work_item_id"
+-- sqlite:
+SELECT "work_item_id", {counter_sums} FROM {table:Run} WHERE "work_item_id" IN ({ids}) GROUP BY "work_item_id"
+
+-- name: token_user
+-- A live API token's user by token prefix, with the token's id and hash and whether last_used_at is due (older than the first parameter). Locks: nothing.
+SELECT {cols:User}, t."id" AS token_id, t."token_hash" AS token_digest,
+  (t."last_used_at" IS NULL OR t."last_used_at" <= %s) AS token_touch, NULL AS token_holds
+FROM {table:ApiToken} t INNER JOIN {table:User} u ON u.{col:User.pk} = t."user_id"
+WHERE t."prefix" = %s AND t."revoked_at" IS NULL ORDER BY t."id" LIMIT 1
+
+-- name: token_user_permission
+-- token_user, and whether the user holds permission app_label.codename (the second and third parameters) directly or through a group, from the tables ModelBackend reads. Locks: nothing.
+SELECT {cols:User}, t."id" AS token_id, t."token_hash" AS token_digest,
+  (t."last_used_at" IS NULL OR t."last_used_at" <= %s) AS token_touch,
+  EXISTS (SELECT 1 FROM {table:Permission} p INNER JOIN {table:ContentType} ct ON ct."id" = p."content_type_id"
+    WHERE ct."app_label" = %s AND p."codename" = %s AND (
+      p."id" IN (SELECT up.{col:UserPermissions.permission} FROM {table:UserPermissions} up
+                 WHERE up.{col:UserPermissions.user} = u.{col:User.pk})
+      OR p."id" IN (SELECT gp.{col:GroupPermissions.permission} FROM {table:GroupPermissions} gp
+                    INNER JOIN {table:UserGroups} ug ON ug.{col:UserGroups.group} = gp.{col:GroupPermissions.group}
+                    WHERE ug.{col:UserGroups.user} = u.{col:User.pk}))) AS token_holds
+FROM {table:ApiToken} t INNER JOIN {table:User} u ON u.{col:User.pk} = t."user_id"
+WHERE t."prefix" = %s AND t."revoked_at" IS NULL ORDER BY t."id" LIMIT 1
