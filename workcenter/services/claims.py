@@ -7,6 +7,7 @@ from datetime import datetime
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from ..errors import InvalidInput
+from ..event_types import EventType
 from ..events import event_append
 from ..selectors import running_in_workspace
 from ..models import Action, ActionStatus, ExecutionMode, Run, RunStatus, WorkItem, WorkItemStatus, new_id
@@ -113,7 +114,7 @@ def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms
     run = _insert_run(w, run_id, action, item, owner_boot_id, epoch, now, common.lease_expiry(now, lease_ms))
     action.status, action.attempt, action.lease_epoch = ActionStatus.RUNNING, attempt, epoch
     action.current_run_id, action.updated_at, action.claimable = run_id, now, False
-    event_append(work_item_id=item.pk, type="run.claimed",
+    event_append(work_item_id=item.pk, type=EventType.RUN_CLAIMED,
                  data={"owner_boot_id": owner_boot_id, "lease_epoch": epoch},
                  action_id=action.pk, run_id=run_id, actor=actor, now=now, writes=w)
     w.flush()

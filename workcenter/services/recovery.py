@@ -6,6 +6,7 @@ from datetime import datetime
 from django.db.models import Q
 
 from ..errors import InvalidInput
+from ..event_types import EventType
 from ..events import event_append
 from ..models import ExecutionMode, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus
 from .. import rules
@@ -72,7 +73,7 @@ def _recover_one(item: WorkItem, run: Run, now: datetime, actor: str) -> bool:
         if in_graph and item.status not in (WorkItemStatus.DONE, WorkItemStatus.CANCELLED):  # [DEV-3]
             graph.graph_refresh(item, now)
         graph.sync_claimable(item)
-        event_append(work_item_id=item.pk, type="run.stale_recovered", data={"status": status},
+        event_append(work_item_id=item.pk, type=EventType.RUN_STALE_RECOVERED, data={"status": status},
                      action_id=action.pk, run_id=run.pk, actor=actor, now=now)
         return True
     common.guarded_update(Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING),
@@ -88,6 +89,6 @@ def _recover_one(item: WorkItem, run: Run, now: datetime, actor: str) -> bool:
                                guard=WorkItem.objects.filter(pk=item.pk, status=WorkItemStatus.RUNNING,
                                                              current_action_id=action.pk, current_run_id=run.pk))
     graph.sync_claimable(item)
-    event_append(work_item_id=item.pk, type="run.interrupted", data={"retryable": retryable},
+    event_append(work_item_id=item.pk, type=EventType.RUN_INTERRUPTED, data={"retryable": retryable},
                  action_id=action.pk, run_id=run.pk, actor=actor, now=now)
     return True

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import InvalidInput, InvalidState, NotFound
+from ..event_types import EventType
 from ..events import event_append
 from ..models import (
     ExecutionMode,
@@ -200,7 +201,7 @@ def run_release(*, run_id: str, reason: str, actor: str, now: datetime | None = 
                 f"Run {run_id} cannot be released ({why}); reset or mark its Action failed instead",
                 extra={"run_id": run_id})
         interrupt_locked(lease, now, reason=f"Released by {actor}: {reason}", final_progress=None,
-                         event_type="run.released", data_extra={"reason": reason}, actor=actor)
+                         event_type=EventType.RUN_RELEASED, data_extra={"reason": reason}, actor=actor)
         return Run.objects.get(pk=run_id)
 
 
@@ -210,7 +211,7 @@ def action_reset(*, action_id: str, reason: str, actor: str, now: datetime | Non
     Event `action.reset {reason, previous_status}`."""
     return _status_repair(
         action_id=action_id, reason=reason, actor=actor, now=now, verb="reset", terminal_verb="reset",
-        past="reset", event_type="action.reset",
+        past="reset", event_type=EventType.ACTION_RESET,
         allowed=RESETTABLE, refusal="only failed, waiting or running Actions can",
         linear_from=(WorkItemStatus.RUNNING, WorkItemStatus.NEEDS_ATTENTION),
         target=ActionStatus.READY, extra={"attempt": 0}, linear_to=WorkItemStatus.READY)
@@ -222,7 +223,7 @@ def action_mark_failed(*, action_id: str, reason: str, actor: str, now: datetime
     Event `action.marked_failed {reason, previous_status}`."""
     return _status_repair(
         action_id=action_id, reason=reason, actor=actor, now=now, verb="mark failed", terminal_verb="fail",
-        past="marked failed", event_type="action.marked_failed",
+        past="marked failed", event_type=EventType.ACTION_MARKED_FAILED,
         allowed=OPEN_ACTION_STATUSES, refusal="only ready, running or waiting Actions can",
         linear_from=(WorkItemStatus.READY, WorkItemStatus.RUNNING),
         target=ActionStatus.FAILED, extra=None, linear_to=WorkItemStatus.NEEDS_ATTENTION)
@@ -328,6 +329,6 @@ def action_edit(
             for key, value in {"updated_at": now, **changes}.items():
                 setattr(action, key, value)
         changed_fields = [f for f in ("instruction", "brief", "max_attempts", "workspace_mode") if f in changes]
-        event_append(work_item_id=item.pk, type="action.edited",
+        event_append(work_item_id=item.pk, type=EventType.ACTION_EDITED,
                      data={"reason": reason, "changed_fields": changed_fields}, action_id=action.pk, actor=actor, now=now)
         return action

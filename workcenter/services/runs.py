@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import InvalidInput, InvalidState, PlanError, ReservationActive, StaleRun
+from ..event_types import EventType
 from ..events import event_append, publish_progress_on_commit
 from ..models import ExecutionMode, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus
 from .. import db, rules
@@ -174,7 +175,7 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
         else:
             guard_sql = '"status" = %s AND "current_action_id" = %s AND "current_run_id" = %s'
             guard_params = [WorkItemStatus.RUNNING, action.pk, run.pk]
-        followups = event_type == "action.completed" and (
+        followups = event_type == EventType.ACTION_COMPLETED and (
             new_snapshot is not None or (action.type == "review" and sub["review_decision"] == "changes_requested"))
         if mode_after == ExecutionMode.GRAPH:
             if followups:  # new actions (a plan) or a reset (changes requested) first
@@ -204,7 +205,7 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
                                                      current_action_id=action.pk, current_run_id=run.pk)
             _linear_followups(item, action, run, sub, outcome, now, item_guard)
             if outcome == "completed" and item.status == WorkItemStatus.DONE:
-                event_type, data = "work_item.completed", {"summary": sub["summary"]}
+                event_type, data = EventType.WORK_ITEM_COMPLETED, {"summary": sub["summary"]}
             elif outcome == "completed":
                 nxt = Action.objects.filter(pk=item.current_action_id).values_list("type", flat=True).first()
                 data = {"next_action_type": nxt, "review_decision": sub["review_decision"]}
@@ -218,13 +219,13 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
 
 def _event_for(outcome: str, action: Action, run: Run, sub: dict, mode: str) -> tuple[str, dict]:
     if outcome == "waiting":
-        return "action.waiting", {"reason": sub["waiting_reason"]}
+        return EventType.ACTION_WAITING, {"reason": sub["waiting_reason"]}
     if outcome == "retryable":
-        kind = "action.retry_scheduled" if action.status == ActionStatus.READY else "action.retry_exhausted"
+        kind = EventType.ACTION_RETRY_SCHEDULED if action.status == ActionStatus.READY else EventType.ACTION_RETRY_EXHAUSTED
         return kind, {"attempt": action.attempt, "max_attempts": action.max_attempts, "error": sub["error"]}
     if outcome == "failed":
-        return "action.failed", {"error": sub["error"]}
-    return "action.completed", {}
+        return EventType.ACTION_FAILED, {"error": sub["error"]}
+    return EventType.ACTION_COMPLETED, {}
 
 
 def _linear_followups(item: WorkItem, action: Action, run: Run, sub: dict, outcome: str, now: datetime, guard) -> None:
@@ -247,7 +248,7 @@ def _linear_followups(item: WorkItem, action: Action, run: Run, sub: dict, outco
 
 
 def _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now):
-    if event_type != "action.completed":
+    if event_type != EventType.ACTION_COMPLETED:
         return event_type, data
     entry = common.run_context_entry(run, action, review_decision=sub["review_decision"])
     if action.type == "review" and sub["review_decision"] == "changes_requested":
@@ -258,7 +259,7 @@ def _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now
         context = list(action.context or []) + [entry]
         replacement = rules.action_fields(item, stage=stage, context=context)
         graph.graph_reset(item, target_stage, replacement, reason=rules.RESET_REASON_CHANGES, now=now)
-        return "review.changes_requested", {"target_stage_id": target_stage}
+        return EventType.REVIEW_CHANGES_REQUESTED, {"target_stage_id": target_stage}
     count = 0
     if new_snapshot is not None:
         context = list(action.context or []) + [entry]
@@ -269,7 +270,7 @@ def _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now
             common.insert_action(item, rules.action_fields(item, stage=stage, context=context), now, sequence=seq)
             seq += 1
             count += 1
-    return "action.completed", {"next_action_count": count, "review_decision": sub["review_decision"]}
+    return EventType.ACTION_COMPLETED, {"next_action_count": count, "review_decision": sub["review_decision"]}
 
 
 def run_interrupt(*, run_id: str, owner_boot_id: str, lease_epoch: int,
@@ -285,7 +286,7 @@ def run_interrupt(*, run_id: str, owner_boot_id: str, lease_epoch: int,
         if lease is None:
             return False
         interrupt_locked(lease, now, reason=str(reason or "Work Center watcher stopped"),
-                         final_progress=final_progress, event_type="run.interrupted",
+                         final_progress=final_progress, event_type=EventType.RUN_INTERRUPTED,
                          data_extra={"reason": str(reason or "Work Center watcher stopped")}, actor=actor)
         return True
 

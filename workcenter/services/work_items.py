@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import IntegrityError
 
 from ..errors import FenceLost, InvalidInput, InvalidState, RevisionConflict, WorkflowError
+from ..event_types import EventType
 from ..events import event_append
 from ..models import ExecutionMode, OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
 from .. import rules
@@ -182,7 +183,7 @@ def work_item_create(
             action = _insert_initial(item, now)
             common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk)
             graph.sync_claimable(item)
-        event_append(work_item_id=item.pk, type="work_item.created", data={"status": item.status},
+        event_append(work_item_id=item.pk, type=EventType.WORK_ITEM_CREATED, data={"status": item.status},
                      action_id=action.pk if action else None, actor=actor, now=now)
         return item
 
@@ -209,7 +210,7 @@ def work_item_start(*, item_id: str, actor: str = "system", now: datetime | None
         common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk,
                                guard=_status_guard(item, WorkItemStatus.DRAFT))
         graph.sync_claimable(item)
-        event_append(work_item_id=item.pk, type="work_item.started", data={}, action_id=action.pk, actor=actor, now=now)
+        event_append(work_item_id=item.pk, type=EventType.WORK_ITEM_STARTED, data={}, action_id=action.pk, actor=actor, now=now)
         return item
 
 
@@ -283,7 +284,7 @@ def work_item_update(
         if not contract_changed:
             item.updated_at = now
             common.guarded_update(guard, **new, workspace_key=item.workspace_key, updated_at=now)
-            event_append(work_item_id=item.pk, type="work_item.updated",
+            event_append(work_item_id=item.pk, type=EventType.WORK_ITEM_UPDATED,
                          data={"revision": item.revision, "changed_fields": changed_fields}, actor=actor, now=now)
             return item
         common.refuse_if_reserved(_open_actions(item), now)
@@ -295,7 +296,7 @@ def work_item_update(
         action = _insert_initial(item, now, context=[])
         common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk, guard=guard)
         graph.sync_claimable(item)
-        event_append(work_item_id=item.pk, type="workflow.retriaged",
+        event_append(work_item_id=item.pk, type=EventType.WORKFLOW_RETRIAGED,
                      data={"revision": item.revision, "changed_fields": changed_fields},
                      action_id=action.pk, actor=actor, now=now)
         return item
@@ -316,7 +317,7 @@ def work_item_cancel(*, item_id: str, actor: str = "system", now: datetime | Non
                     reason=rules.REASON_CANCELLED)
         common.save_item_state(item, now, status=WorkItemStatus.CANCELLED, current_action_id=None, guard=guard)
         graph.sync_claimable(item)
-        event_append(work_item_id=item.pk, type="work_item.cancelled", data={}, actor=actor, now=now)
+        event_append(work_item_id=item.pk, type=EventType.WORK_ITEM_CANCELLED, data={}, actor=actor, now=now)
         return item
 
 
@@ -367,7 +368,7 @@ def work_item_guide(
         common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=target.pk, guard=guard,
                                **extra)
         graph.sync_claimable(item)
-        event_append(work_item_id=item.pk, type="action.guidance_added", data={"guidance": text},
+        event_append(work_item_id=item.pk, type=EventType.ACTION_GUIDANCE_ADDED, data={"guidance": text},
                      action_id=target.pk, actor=actor, now=now)
         return item
 
@@ -502,7 +503,7 @@ def _answers_retry(item: WorkItem, answers: dict[str, str], now: datetime, actor
     common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=reset[0].pk, guard=guard)
     graph.sync_claimable(item)
     for target in reset:
-        event_append(work_item_id=item.pk, type="work_item.retried",
+        event_append(work_item_id=item.pk, type=EventType.WORK_ITEM_RETRIED,
                      data={"target_stage_id": target.effective_stage_id}, action_id=target.pk, actor=actor, now=now)
     return item
 
@@ -539,7 +540,7 @@ def work_item_retry(*, item_id: str, answer: Any = None, answers: Any = None, ac
             data = {}
         common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=target.pk, guard=guard)
         graph.sync_claimable(item)
-        event_append(work_item_id=item.pk, type="work_item.retried", data=data, action_id=target.pk, actor=actor, now=now)
+        event_append(work_item_id=item.pk, type=EventType.WORK_ITEM_RETRIED, data=data, action_id=target.pk, actor=actor, now=now)
         return item
 
 
