@@ -16,7 +16,7 @@ from django.db.models import Max
 from tests.live import ROOT
 from workcenter.api import api as ninja_api
 from workcenter.models import Action, Event, Run, WorkItem
-from workcenter.schemas import (
+from workcenter.schemas_in import (
     ITEM_ID_PATTERN,
     NO_NUL_PATTERN,
     NON_BLANK_PATTERN,

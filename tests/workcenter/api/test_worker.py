@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from workcenter.clock import iso_ms
 from workcenter.models import Action, Event, Run, WorkItem
-from workcenter.schemas import iso_ms
 
 from .conftest import ISO_MS, checks_for, fence
 from .support import error_of
