@@ -13,9 +13,11 @@ from pydantic import PlainSerializer, WithJsonSchema
 
 from .clock import iso_ms
 from .constants import COUNTER_FIELDS
-from .models import ExecutionMode
+from .models import ActionStatus, ExecutionMode
 
 ExecutionModeName = Literal[tuple(ExecutionMode.values)]
+# what an item's attention names: a stage waiting for an answer, or a failed one waiting for a retry
+AttentionKind = Literal[ActionStatus.WAITING.value, ActionStatus.FAILED.value]
 
 Timestamp = Annotated[
     datetime,
@@ -175,7 +177,7 @@ class _WorkItemHead(Schema):
 
 
 class AttentionOut(Schema):
-    kind: Literal["waiting", "failed"] = Field(..., description="waiting: for an answer; failed: for a retry")
+    kind: AttentionKind = Field(..., description="waiting: for an answer; failed: for a retry")
     action_id: str = Field(..., description="the item's current action: its first blocked stage by sequence")
     stage_id: str
     text: str = Field(..., description="the start (200 characters, blanks collapsed) of that stage's question "

@@ -27,7 +27,7 @@ from pydantic_core import core_schema
 from typing_extensions import TypeAliasType
 
 from .constants import COUNTER_FIELDS
-from .models import WorkItemStatus
+from .models import RunStatus, WorkItemStatus
 from .services.normalize import OUTCOMES
 
 # Integers that reach the database or a datetime stay inside what both can hold: a huge epoch,
@@ -329,7 +329,7 @@ def _submit_rules(schema: dict) -> None:
     waiting reason that is not blank once stringified, and a contract patch's criteria, when
     present (snake_case first, then camelCase), are a list."""
     schema["allOf"] = [
-        {"if": {"properties": {"outcome": {"const": "waiting"}}, "required": ["outcome"]},
+        {"if": {"properties": {"outcome": {"const": RunStatus.WAITING.value}}, "required": ["outcome"]},
          "then": {"required": ["waiting_reason"], "properties": {"waiting_reason": _NOT_BLANK_JSON}}},
         {"properties": {"contract_patch": {
             "if": {"type": "object", "required": ["acceptance_criteria"]},

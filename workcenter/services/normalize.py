@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from workcenter.errors import InvalidInput
+from workcenter.models import RunStatus
 
 __all__ = [
     "COUNTER_FIELDS",
@@ -54,7 +55,9 @@ __all__ = [
 
 from workcenter.constants import COUNTER_FIELDS, RESPONSE_CAP  # noqa: E402,F401  (re-exported)
 
-OUTCOMES = ("completed", "waiting", "retryable", "failed")
+# The outcomes a worker submits (§7.2): the run statuses a submission ends a run in.
+OUTCOMES: tuple[str, ...] = tuple(
+    s.value for s in (RunStatus.COMPLETED, RunStatus.WAITING, RunStatus.RETRYABLE, RunStatus.FAILED))
 REVIEW_DECISIONS = ("approved", "changes_requested")
 
 EVIDENCE_KINDS = ("text", "tool", "test", "file", "link", "pr", "commit")
@@ -562,20 +565,20 @@ def normalize_submission(raw: dict, *, action_type: str, criteria: list[str]) ->
     result.update(normalize_counters(source))
 
     def downgrade(message: str) -> None:
-        result["outcome"] = "failed"
+        result["outcome"] = RunStatus.FAILED.value
         result["error"] = message
 
-    if outcome == "waiting" and not (result["waiting_reason"] or "").strip():
+    if outcome == RunStatus.WAITING and not (result["waiting_reason"] or "").strip():
         raise InvalidInput(MSG_WAITING_REASON, fields=["waiting_reason"])
 
     if contract_patch is not None and action_type != "triage":
         downgrade(MSG_ONLY_TRIAGE_PATCH)
         result["contract_patch"] = None
 
-    if action_type == "review" and result["outcome"] == "completed" and review_decision is None:
+    if action_type == "review" and result["outcome"] == RunStatus.COMPLETED and review_decision is None:
         downgrade(MSG_REVIEW_DECISION)
 
-    if result["outcome"] != "completed":
+    if result["outcome"] != RunStatus.COMPLETED:
         return result
 
     # §7.3 completion validation.
