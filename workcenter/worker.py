@@ -1,8 +1,9 @@
 """The worker loop (DOMAIN §13): recovery, claims, lease renewal, progress, submission, clean stop.
 
-The loop talks to the store through a `WorkerStore`: `LocalStore` calls the service layer in this
-process (same database), `HttpStore` calls the worker protocol of API.md §3 on a remote server.
-Both return the API's JSON shapes, so executors see the same task either way.
+The loop talks to the store through a `WorkerStore`: `HttpStore` (here) calls the worker protocol
+of API.md §3 on a remote server, `workcenter.local_store.LocalStore` calls the service layer in this
+process (same database). Both return the API's JSON shapes, so executors see the same task either
+way. This module imports no Django code: a worker against a remote server needs no database.
 """
 from __future__ import annotations
 
@@ -39,81 +40,7 @@ class WorkerStore(Protocol):
     def progress(self, run: dict, progress: dict) -> bool: ...
     def submit(self, run: dict, result: dict) -> dict: ...
     def interrupt(self, run: dict, reason: str, final_progress: dict | None) -> bool: ...
-
-
-def _iso(dt) -> str | None:
-    if dt is None:
-        return None
-    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-class LocalStore:
-    """Calls the service layer directly (the worker runs beside the database)."""
-
-    def __init__(self):
-        from . import services  # noqa: F401  (Django must be set up)
-
-    def recover(self, boot_id):
-        from .services import runs_recover
-        return runs_recover(current_boot_id=boot_id, expired_only=True)
-
-    def claim(self, boot_id, lease_ms):
-        from django.db import close_old_connections
-        from .selectors import claim_dependencies
-        from .services import action_claim
-
-        close_old_connections()
-        c = action_claim(owner_boot_id=boot_id, lease_ms=lease_ms)
-        if c is None:
-            return None
-        item, action, run = c.work_item, c.action, c.run
-        return {
-            "work_item": {
-                "id": item.pk, "title": item.title, "goal": item.goal, "revision": item.revision,
-                "acceptance_criteria": list(item.acceptance_criteria or []), "work_dir": item.work_dir,
-                "workspace_key": item.workspace_key, "workflow_snapshot": item.workflow_snapshot,
-                "status": item.status,
-            },
-            "action": {
-                "id": action.pk, "type": action.type, "stage_id": action.effective_stage_id,
-                "brief": action.brief, "instruction": action.instruction, "context": action.context,
-                "attempt": action.attempt, "max_attempts": action.max_attempts,
-                "workspace_mode": action.workspace_mode, "depends_on_stage_ids": action.depends_on_stage_ids,
-                "sequence": action.sequence,
-            },
-            "run": {"id": run.pk, "owner_boot_id": run.owner_boot_id, "lease_epoch": run.lease_epoch,
-                    "expires_at": _iso(run.expires_at)},
-            "dependencies": claim_dependencies(action, item),
-        }
-
-    @staticmethod
-    def _fence(run):
-        return dict(run_id=run["id"], owner_boot_id=run["owner_boot_id"], lease_epoch=run["lease_epoch"])
-
-    def renew(self, run, lease_ms):
-        from .services import run_renew
-        return run_renew(**self._fence(run), lease_ms=lease_ms) is not None
-
-    def progress(self, run, progress):
-        from .services import run_progress
-        return run_progress(**self._fence(run), progress=progress) is not None
-
-    def submit(self, run, result):
-        from .errors import WorkcenterError
-        from .services import run_submit
-        try:
-            r, a, i = run_submit(**self._fence(run), result=result)
-        except WorkcenterError as exc:
-            raise StoreError(exc.message, exc.code) from None
-        return {"run": {"id": r.pk, "status": r.status, "error": r.error}, "work_item": {"id": i.pk, "status": i.status}}
-
-    def interrupt(self, run, reason, final_progress):
-        from .errors import WorkcenterError
-        from .services import run_interrupt
-        try:
-            return run_interrupt(**self._fence(run), reason=reason, final_progress=final_progress)
-        except WorkcenterError as exc:
-            raise StoreError(exc.message, exc.code) from None
+    def thread_done(self) -> None: ...
 
 
 def _dropped(sock) -> bool:
@@ -243,6 +170,9 @@ class HttpStore:
             body["final_progress"] = final_progress
         return self._call(f"/runs/{run['id']}/interrupt", body)[1]["interrupted"]
 
+    def thread_done(self) -> None:
+        """Nothing to release per thread: the pool outlives the worker's threads."""
+
 
 class Executor(Protocol):
     def execute(self, task: dict, report: Callable[[dict], bool], stop: threading.Event) -> dict: ...
@@ -331,17 +261,20 @@ class Worker:
 
         def renew_loop():
             interval = max(1_000, self.lease_ms // 3) / 1000
-            while not renew_stop.wait(interval):
-                try:
-                    ok = self.store.renew(run, self.lease_ms)
-                except Exception:
-                    logger.exception("renew failed")
-                    ok = False
-                if not ok:
-                    active.abort_reason = "work_item_lease_lost"
-                    active.stop.set()
-                    self._recover()
-                    return
+            try:
+                while not renew_stop.wait(interval):
+                    try:
+                        ok = self.store.renew(run, self.lease_ms)
+                    except Exception:
+                        logger.exception("renew failed")
+                        ok = False
+                    if not ok:
+                        active.abort_reason = "work_item_lease_lost"
+                        active.stop.set()
+                        self._recover()
+                        return
+            finally:
+                self._thread_done()
 
         def report(progress: dict) -> bool:
             active.last_progress = dict(progress)
@@ -380,15 +313,13 @@ class Worker:
                 with self.lock:
                     self.active.pop(run["id"], None)
             self.wake.set()
-            self._close_db()
+            self._thread_done()
 
-    @staticmethod
-    def _close_db():
+    def _thread_done(self) -> None:
         try:
-            from django.db import connection
-            connection.close()
-        except Exception:  # pragma: no cover - not in a Django process
-            pass
+            self.store.thread_done()
+        except Exception:
+            logger.exception("releasing a finished thread's store connection failed")
 
     def _wait_all(self) -> None:
         while True:

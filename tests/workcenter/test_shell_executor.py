@@ -205,6 +205,11 @@ def _alive(pid: int) -> bool:
     (["--executor", SHELL], None, "pass --commands FILE and/or --scripts DIR"),
     (["--executor", "workcenter.executors.simulated.SimulatedExecutor", "--commands", "{tmp}/commands.toml"],
      "greet = 'true'", "takes no option(s) commands"),
+    (["--executor", "SimulatedExecutor"], None, "executor must be a dotted path: SimulatedExecutor"),
+    (["--executor", "workcenter.executors.missing.Executor"], None,
+     "cannot load executor workcenter.executors.missing.Executor: No module named 'workcenter.executors.missing'"),
+    (["--executor", "workcenter.executors.simulated.Missing"], None,
+     "cannot load executor workcenter.executors.simulated.Missing"),
 ])
 def test_shell_worker_with_a_bad_configuration_refuses_to_start(tmp_path, args, config, message):
     # given an item a worker could claim, and a configuration that cannot be used

@@ -2,8 +2,9 @@
 without the fence). `load_executor("dotted.path.Class", **options)` builds one for `workcenter_worker --executor`."""
 from __future__ import annotations
 
-import importlib
 import inspect
+
+from django.utils.module_loading import import_string
 
 DEFAULT_EXECUTOR = "workcenter.executors.simulated.SimulatedExecutor"
 SHELL_EXECUTOR = "workcenter.executors.shell.ShellExecutor"
@@ -15,12 +16,11 @@ class ExecutorConfigError(ValueError):
 
 def load_executor(path: str | None = None, **kwargs):
     path = path or DEFAULT_EXECUTOR
-    module_name, _, attr = path.rpartition(".")
-    if not module_name:
+    if "." not in path or not all(path.split(".")):
         raise ExecutorConfigError(f"executor must be a dotted path: {path}")
     try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+        cls = import_string(path)
+    except ImportError as exc:  # a missing module, or a module without that name
         raise ExecutorConfigError(f"cannot load executor {path}: {exc}") from None
     if not isinstance(cls, type):
         return cls

@@ -11,6 +11,7 @@ from django.contrib.auth.models import Permission, User
 
 from tests.conftest import checks_for
 from tests.live import free_port, start_daphne, stop_process
+from workcenter import services
 from workcenter.auth import api_token_create
 from workcenter.models import Run, WorkItem
 from workcenter.worker import HttpStore, StoreError
@@ -51,8 +52,6 @@ def token():
 
 
 def _item():
-    from workcenter import services
-
     return services.work_item_create(title="Store", goal="keep-alive", work_item_type="research",
                                      acceptance_criteria=["works"], actor="test")
 

@@ -193,7 +193,7 @@ class TestBodies:
         assert {"PATCH", "POST"} == {m for m, _ in routes}
 
     def test_patch_with_a_string_body_keeps_the_title(self, api):
-        # the reported case: "hello" used to become the title "Hello"
+        # a JSON string is not a patch: "hello" must not become the title "Hello"
         item = api.create(title="Kept")
         before = item_snapshot(item["id"])
         body = api_error(api.patch(f"/work-items/{item['id']}", '"hello"'), 422, "invalid_input")

@@ -1,7 +1,9 @@
 import pytest
 from django.core.management import call_command
+from django.test import Client
 
-from workcenter.management.commands.demo import FEED, SEED, feed_item, seed_items
+from workcenter.demo_login import DEMO_LOGIN_ENV, demo_login_path
+from workcenter.management.commands.demo import FEED, SEED, ensure_users, feed_item, seed_items
 from workcenter.models import Event, WorkItem
 
 
@@ -33,3 +35,18 @@ def test_demo_no_serve_prepares_users_and_items(capsys):
     out = capsys.readouterr().out
     assert f"{len(SEED)} demo work items created" in out
     assert WorkItem.objects.count() == len(SEED)
+
+
+@pytest.mark.django_db
+def test_demo_sign_in_link_signs_the_lead_in_once(monkeypatch):
+    # given the web server the demo starts (its environment turns the route on) and the demo's lead
+    monkeypatch.setenv(DEMO_LOGIN_ENV, "1")
+    lead = ensure_users()
+    path = demo_login_path(lead)
+    # when the link the demo prints is opened
+    first = Client()
+    response = first.get(path)
+    # then it signs the lead in and opens the dashboard; the same link a second time does not
+    assert response.status_code == 302 and response["Location"] == "/"
+    assert first.session["_auth_user_id"] == str(lead.pk)
+    assert Client().get(path).status_code == 404

@@ -11,8 +11,8 @@ from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from dashboard.views import DEMO_LOGIN_ENV, demo_login_path
 from workcenter import services
+from workcenter.demo_login import DEMO_LOGIN_ENV, demo_login_path
 from workcenter.models import WorkItem
 
 LEAD = ("lead", "lead-demo-password")

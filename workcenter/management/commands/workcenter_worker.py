@@ -1,11 +1,13 @@
 import logging
+import os
 import signal
 import sys
 
 from django.core.management.base import BaseCommand
 
 from workcenter.executors import SHELL_EXECUTOR, ExecutorConfigError, load_executor
-from workcenter.worker import HttpStore, LocalStore, Worker
+from workcenter.local_store import LocalStore
+from workcenter.worker import HttpStore, Worker
 
 
 class Command(BaseCommand):
@@ -27,8 +29,6 @@ class Command(BaseCommand):
         parser.add_argument("--token", default=None, help="API token for --server (or WORKCENTER_TOKEN)")
 
     def handle(self, *args, **opts):
-        import os
-
         log_format = "%(asctime)s %(name)s %(levelname)s %(message)s"
         logging.basicConfig(level=logging.INFO, format=log_format)
         product = logging.getLogger("workcenter")
