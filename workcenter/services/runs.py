@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import InvalidInput, InvalidState, PlanError, ReservationActive, StaleRun
 from ..event_types import EventType
 from ..events import event_append, publish_progress_on_commit
-from ..models import ExecutionMode, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus
+from ..models import Action, ActionStatus, ActionType, ExecutionMode, Run, RunStatus, WorkItem, WorkItemStatus
 from .. import db, rules
 from . import common, graph, normalize, planning, workflows
 from .common import resolve_now, store_transaction
@@ -95,126 +95,166 @@ def _retry_state(action: Action) -> bool:
 def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dict,
                actor: str | None = None, now: datetime | None = None) -> tuple[Run, Action, WorkItem]:
     """Terminal submission (DOMAIN §7): run → outcome, action and item transition, follow-up
-    actions and one event, atomically. A failed fence raises StaleRun and changes nothing."""
+    actions and one event, atomically. A failed fence raises StaleRun and changes nothing.
+
+    In steps, each handing the next what it needs: the fence (§7.1), the outcome recorded on
+    the run (§7.2), the contract patch and planned snapshot (§7.4-§7.5), the action's new status
+    (§7.3), then the graph or linear advance (§7.6-§7.7) and the event. Every write is a guarded
+    write of one `db.Writes` batch (one statement per batch on PostgreSQL)."""
     _check_triple(run_id, owner_boot_id, lease_epoch)
     if not isinstance(result, dict):
         raise InvalidInput("result must be an object", fields=["result"])
     actor = actor or f"worker:{owner_boot_id}"
     with store_transaction(), db.hot_cursor() as cur:
         now = resolve_now(now)
-        # 1. run, action and item in one read (the item locked first), then the fence (§7.1)
-        run, action, item = common.lease_rows(run_id, cur)
-        if run is None:
-            raise StaleRun(rules.stale_reason(None, None, None, now, True), extra={"run_id": run_id})
-        sub = normalize.normalize_submission(result, action_type=action.type,
-                                             criteria=list(item.acceptance_criteria or []))
-        lease, reason = rules.lease_check(run, action, item, owner_boot_id, lease_epoch, now, require_live=True)
-        if lease is None:
-            raise StaleRun(reason, extra={"run_id": run_id})
+        lease, sub, new_snapshot = _fenced_submission(cur, run_id, owner_boot_id, lease_epoch, result, now)
+        run, action, item = lease.run, lease.action, lease.item
         mode_before = item.execution_mode
-        snapshot = item.workflow_snapshot or {}
-        new_snapshot = None
-        if sub["outcome"] == "completed" and action.type == "triage" and snapshot.get("planning_mode") == "ai":
-            try:
-                new_snapshot = planning.apply_triage_plan(snapshot, sub["plan"])
-            except PlanError as exc:
-                sub["outcome"], sub["error"] = "failed", str(exc)
-        outcome = sub["outcome"]
-        patch = sub["contract_patch"] if (outcome == "completed" and action.type == "triage") else None
-
-        # 2. the run records the final outcome and every submitted field (overwritten)
-        run_values = {
-            "status": outcome, "ended_at": now, "response": sub["response"], "summary": sub["summary"],
-            "evidence": sub["evidence"], "waiting_reason": sub["waiting_reason"], "error": sub["error"],
-            "review_decision": sub["review_decision"], "contract_patch": sub["contract_patch"],
-            "checkpoint": sub["checkpoint"], "acceptance_checks": sub["acceptance_checks"],
-            "progress_revision": run.progress_revision + 1,
-        }
-        run_values.update({f: sub[f] for f in normalize.COUNTER_FIELDS})
-        w = db.Writes(cur)  # one statement per batch on PostgreSQL
-        w.update(Run, run.pk, run_values, '"status" = %s AND "lease_epoch" = %s', [RunStatus.RUNNING, lease_epoch])
-        for k, v in run_values.items():
-            setattr(run, k, v)
-
-        # 4-5. contract patch and new snapshot
-        item_fields = []
-        if patch:
-            if "goal" in patch:
-                item.goal = patch["goal"]
-                item_fields.append("goal")
-            if "acceptance_criteria" in patch:
-                item.acceptance_criteria = patch["acceptance_criteria"]
-                item_fields.append("acceptance_criteria")
-            item.revision += 1
-            item_fields.append("revision")
-        if new_snapshot is not None:
-            item.workflow_snapshot = new_snapshot
-            item.workflow_template = new_snapshot.get("id") or item.workflow_template
-            item_fields += ["workflow_snapshot", "workflow_template"]
-        if item_fields:
-            item.save(update_fields=item_fields)
-        mode_after = item.execution_mode
-
-        # 3. the action's new status
-        if outcome == "completed":
-            a_status = ActionStatus.COMPLETED
-        elif outcome == "waiting":
-            a_status = ActionStatus.WAITING if mode_after == ExecutionMode.GRAPH else ActionStatus.COMPLETED
-        elif outcome == "retryable":
-            a_status = ActionStatus.READY if _retry_state(action) else ActionStatus.FAILED
+        w = db.Writes(cur)
+        _record_outcome(w, run, sub, lease_epoch, now)
+        _apply_contract(w, item, action, sub, new_snapshot)
+        a_status = _finish_action(w, action, run, sub["outcome"], item.execution_mode, now)
+        guard = _item_guard(mode_before, action, run)
+        if item.execution_mode == ExecutionMode.GRAPH:
+            event_type, data = _advance_graph(w, cur, lease, sub, new_snapshot, a_status, guard, now)
         else:
-            a_status = ActionStatus.FAILED
-        w.update(Action, action.pk, {"status": a_status, "current_run_id": None, "updated_at": now, "claimable": False},
-                 '"status" = %s AND "current_run_id" = %s', [ActionStatus.RUNNING, run.pk])
-        action.status, action.current_run_id, action.updated_at, action.claimable = a_status, None, now, False
-
-        event_type, data = _event_for(outcome, action, run, sub, mode_after)
-        # 6-7. follow-up actions and the item's status; the guard follows the mode it ran under [DEV-6]
-        if mode_before == ExecutionMode.GRAPH:
-            guard_sql, guard_params = '"status" IN (%s, %s, %s)', list(rules.RUNNING_ITEM_OK)
-        else:
-            guard_sql = '"status" = %s AND "current_action_id" = %s AND "current_run_id" = %s'
-            guard_params = [WorkItemStatus.RUNNING, action.pk, run.pk]
-        followups = event_type == EventType.ACTION_COMPLETED and (
-            new_snapshot is not None or (action.type == "review" and sub["review_decision"] == "changes_requested"))
-        if mode_after == ExecutionMode.GRAPH:
-            if followups:  # new actions (a plan) or a reset (changes requested) first
-                w.flush()
-                fault_point("after_run_update")
-                event_type, data = _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now)
-                actions = graph.graph_actions(cur, item.pk)
-            else:
-                # the common case: the batch also reads the item's actions (on PostgreSQL as they
-                # were before it, so the submitted one is patched), and the item, flag and event
-                # writes go as a second batch
-                actions = graph.flush_reading_graph(w, item.pk)
-                fault_point("after_run_update")
-                for a in actions:
-                    if a.pk == action.pk:
-                        a.status, a.current_run_id, a.claimable = a_status, None, False
-                event_type, data = _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now)
-            # one read of the actions for the status and the claimable flags
-            graph.graph_refresh_locked(w, item, actions, now, where=guard_sql, params=guard_params)
-        else:
-            w.flush()
-            fault_point("after_run_update")
-            if mode_before == ExecutionMode.GRAPH:
-                item_guard = WorkItem.objects.filter(pk=item.pk, status__in=rules.RUNNING_ITEM_OK)
-            else:
-                item_guard = WorkItem.objects.filter(pk=item.pk, status=WorkItemStatus.RUNNING,
-                                                     current_action_id=action.pk, current_run_id=run.pk)
-            _linear_followups(item, action, run, sub, outcome, now, item_guard)
-            if outcome == "completed" and item.status == WorkItemStatus.DONE:
-                event_type, data = EventType.WORK_ITEM_COMPLETED, {"summary": sub["summary"]}
-            elif outcome == "completed":
-                nxt = Action.objects.filter(pk=item.current_action_id).values_list("type", flat=True).first()
-                data = {"next_action_type": nxt, "review_decision": sub["review_decision"]}
-            graph.sync_claimable(item)
+            event_type, data = _advance_linear(w, lease, sub, guard, now)
         fault_point("before_event")
         event_append(work_item_id=item.pk, type=event_type, data=data, action_id=action.pk, run_id=run.pk,
                      actor=actor, now=now, writes=w)
         w.flush()
         return run, action, item
+
+
+def _fenced_submission(cur, run_id: str, owner_boot_id: str, lease_epoch: int, result: dict, now: datetime):
+    """Run, action and item in one read (the item locked first), the normalised submission and
+    the fence (§7.1); a completed AI triage's plan as the item's new snapshot (a plan the store
+    refuses turns the outcome into failed). Returns (lease, submission, new snapshot | None)."""
+    run, action, item = common.lease_rows(run_id, cur)
+    if run is None:
+        raise StaleRun(rules.stale_reason(None, None, None, now, True), extra={"run_id": run_id})
+    sub = normalize.normalize_submission(result, action_type=action.type, criteria=list(item.acceptance_criteria or []))
+    lease, reason = rules.lease_check(run, action, item, owner_boot_id, lease_epoch, now, require_live=True)
+    if lease is None:
+        raise StaleRun(reason, extra={"run_id": run_id})
+    new_snapshot = None
+    snapshot = item.workflow_snapshot or {}
+    if sub["outcome"] == "completed" and action.type == ActionType.TRIAGE and snapshot.get("planning_mode") == "ai":
+        try:
+            new_snapshot = planning.apply_triage_plan(snapshot, sub["plan"])
+        except PlanError as exc:
+            sub["outcome"], sub["error"] = "failed", str(exc)
+    return lease, sub, new_snapshot
+
+
+def _record_outcome(w: db.Writes, run: Run, sub: dict, lease_epoch: int, now: datetime) -> None:
+    """The run records the final outcome and every submitted field, overwritten (§7.2)."""
+    values = {
+        "status": sub["outcome"], "ended_at": now, "response": sub["response"], "summary": sub["summary"],
+        "evidence": sub["evidence"], "waiting_reason": sub["waiting_reason"], "error": sub["error"],
+        "review_decision": sub["review_decision"], "contract_patch": sub["contract_patch"],
+        "checkpoint": sub["checkpoint"], "acceptance_checks": sub["acceptance_checks"],
+        "progress_revision": run.progress_revision + 1,
+    }
+    values.update({f: sub[f] for f in normalize.COUNTER_FIELDS})
+    w.update(Run, run.pk, values, '"status" = %s AND "lease_epoch" = %s', [RunStatus.RUNNING, lease_epoch])
+    for k, v in values.items():
+        setattr(run, k, v)
+
+
+def _apply_contract(w: db.Writes, item: WorkItem, action: Action, sub: dict, new_snapshot: dict | None) -> None:
+    """A completed triage's contract patch (a new revision) and planned snapshot (§7.4-§7.5)."""
+    values: dict = {}
+    patch = sub["contract_patch"] if (sub["outcome"] == "completed" and action.type == ActionType.TRIAGE) else None
+    if patch:
+        for name in ("goal", "acceptance_criteria"):
+            if name in patch:
+                values[name] = patch[name]
+        values["revision"] = item.revision + 1
+    if new_snapshot is not None:
+        values["workflow_snapshot"] = new_snapshot
+        values["workflow_template"] = new_snapshot.get("id") or item.workflow_template
+    if values:
+        # the item is locked and its later write (status) goes in another batch: no row twice in one
+        w.update(WorkItem, item.pk, values)
+        w.flush()
+        for k, v in values.items():
+            setattr(item, k, v)
+
+
+def _finish_action(w: db.Writes, action: Action, run: Run, outcome: str, mode: str, now: datetime) -> str:
+    """The action's new status (§7.3), written guarded on its running run; returns it."""
+    if outcome == "completed":
+        status = ActionStatus.COMPLETED
+    elif outcome == "waiting":
+        status = ActionStatus.WAITING if mode == ExecutionMode.GRAPH else ActionStatus.COMPLETED
+    elif outcome == "retryable":
+        status = ActionStatus.READY if _retry_state(action) else ActionStatus.FAILED
+    else:
+        status = ActionStatus.FAILED
+    w.update(Action, action.pk, {"status": status, "current_run_id": None, "updated_at": now, "claimable": False},
+             '"status" = %s AND "current_run_id" = %s', [ActionStatus.RUNNING, run.pk])
+    action.status, action.current_run_id, action.updated_at, action.claimable = status, None, now, False
+    return status
+
+
+def _item_guard(mode_before: str, action: Action, run: Run) -> tuple[str, list]:
+    """The item's guard (SQL over its row, parameters): it follows the mode the run ran under [DEV-6]."""
+    if mode_before == ExecutionMode.GRAPH:
+        return '"status" IN (%s, %s, %s)', list(rules.RUNNING_ITEM_OK)
+    return ('"status" = %s AND "current_action_id" = %s AND "current_run_id" = %s',
+            [WorkItemStatus.RUNNING, action.pk, run.pk])
+
+
+def _advance_graph(w: db.Writes, cur, lease: rules.Lease, sub: dict, new_snapshot: dict | None, a_status: str,
+                   guard: tuple[str, list], now: datetime) -> tuple[str, dict]:
+    """Graph follow-ups (new planned actions or a review's reset) and graph refresh with the
+    claimable flags (§7.6); returns the event."""
+    run, action, item = lease.run, lease.action, lease.item
+    event_type, data = _event_for(sub["outcome"], action, run, sub, ExecutionMode.GRAPH)
+    followups = event_type == EventType.ACTION_COMPLETED and (
+        new_snapshot is not None
+        or (action.type == ActionType.REVIEW and sub["review_decision"] == "changes_requested"))
+    if followups:  # new actions (a plan) or a reset (changes requested) first
+        w.flush()
+        fault_point("after_run_update")
+        event_type, data = _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now)
+        actions = graph.graph_actions(cur, item.pk)
+    else:
+        # the common case: the batch also reads the item's actions (on PostgreSQL as they were
+        # before it, so the submitted one is patched); the item, flag and event writes go as a
+        # second batch
+        actions = graph.flush_reading_graph(w, item.pk)
+        fault_point("after_run_update")
+        for a in actions:
+            if a.pk == action.pk:
+                a.status, a.current_run_id, a.claimable = a_status, None, False
+        event_type, data = _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now)
+    graph.graph_refresh_locked(w, item, actions, now, where=guard[0], params=guard[1])
+    return event_type, data
+
+
+def _advance_linear(w: db.Writes, lease: rules.Lease, sub: dict, guard: tuple[str, list],
+                    now: datetime) -> tuple[str, dict]:
+    """The linear next step (§7.7): the item's status and current action, a new action for the
+    next stage, the claimable flags; returns the event."""
+    run, action, item = lease.run, lease.action, lease.item
+    outcome = sub["outcome"]
+    w.flush()
+    fault_point("after_run_update")
+    event_type, data = _event_for(outcome, action, run, sub, ExecutionMode.LINEAR)
+    status, current = _linear_next(item, action, run, sub, now)
+    values = {"status": status, "current_action_id": current, "current_run_id": None, "updated_at": now}
+    w.update(WorkItem, item.pk, values, guard[0], guard[1])
+    for k, v in values.items():
+        setattr(item, k, v)
+    if outcome == "completed" and status == WorkItemStatus.DONE:
+        event_type, data = EventType.WORK_ITEM_COMPLETED, {"summary": sub["summary"]}
+    elif outcome == "completed":
+        nxt = Action.objects.filter(pk=current).values_list("type", flat=True).first()
+        data = {"next_action_type": nxt, "review_decision": sub["review_decision"]}
+    graph.sync_claimable(item, writes=w)
+    return event_type, data
 
 
 def _event_for(outcome: str, action: Action, run: Run, sub: dict, mode: str) -> tuple[str, dict]:
@@ -228,23 +268,23 @@ def _event_for(outcome: str, action: Action, run: Run, sub: dict, mode: str) -> 
     return EventType.ACTION_COMPLETED, {}
 
 
-def _linear_followups(item: WorkItem, action: Action, run: Run, sub: dict, outcome: str, now: datetime, guard) -> None:
+def _linear_next(item: WorkItem, action: Action, run: Run, sub: dict, now: datetime) -> tuple[str, str | None]:
+    """The item's next (status, current action id) after a linear submission; a completed
+    stage with a next stage inserts that stage's action."""
+    outcome = sub["outcome"]
     if outcome == "waiting":
-        common.save_item_state(item, now, status=WorkItemStatus.WAITING, current_action_id=action.pk, guard=guard)
-    elif outcome in ("retryable", "failed"):
-        status = WorkItemStatus.READY if action.status == ActionStatus.READY else WorkItemStatus.NEEDS_ATTENTION
-        common.save_item_state(item, now, status=status, current_action_id=action.pk, guard=guard)
-    else:
-        next_id = workflows.next_stage_id(item.workflow_snapshot, action.effective_stage_id, action.type,
-                                          sub["review_decision"])
-        if next_id is None:
-            common.save_item_state(item, now, status=WorkItemStatus.DONE, current_action_id=None, guard=guard)
-            return
-        stage = workflows.find_stage(item.workflow_snapshot, next_id)
-        context = list(action.context or []) + [
-            common.run_context_entry(run, action, review_decision=sub["review_decision"])]
-        new = common.insert_action(item, rules.action_fields(item, stage=stage, context=context), now)
-        common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=new.pk, guard=guard)
+        return WorkItemStatus.WAITING, action.pk
+    if outcome in ("retryable", "failed"):
+        return (WorkItemStatus.READY if action.status == ActionStatus.READY else WorkItemStatus.NEEDS_ATTENTION), action.pk
+    next_id = workflows.next_stage_id(item.workflow_snapshot, action.effective_stage_id, action.type,
+                                      sub["review_decision"])
+    if next_id is None:
+        return WorkItemStatus.DONE, None
+    stage = workflows.find_stage(item.workflow_snapshot, next_id)
+    context = list(action.context or []) + [
+        common.run_context_entry(run, action, review_decision=sub["review_decision"])]
+    new = common.insert_action(item, rules.action_fields(item, stage=stage, context=context), now)
+    return WorkItemStatus.READY, new.pk
 
 
 def _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now):
