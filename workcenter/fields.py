@@ -20,6 +20,8 @@ import orjson
 from django.db import models
 from django.db.models.fields.json import KeyTransform
 
+from .services import normalize
+
 _LITERALS = {"[]": list, "{}": dict}
 
 
@@ -47,18 +49,12 @@ def _decode(value):
 class _NormalizedOnReadJSONField(models.JSONField):
     """A JSONField passing every value it loads through `services.normalize.<reader>`."""
 
-    reader = ""  # the name of the read normaliser in workcenter.services.normalize
-    _normalize = None  # that function, resolved on first use (the services import the models)
+    reader = staticmethod(lambda value: value)  # the read normaliser of workcenter.services.normalize
 
     def from_db_value(self, value, expression, connection):
         if isinstance(expression, KeyTransform):  # a key inside the value, not the stored value
             return super().from_db_value(value, expression, connection)
-        normalize = self._normalize
-        if normalize is None:
-            from workcenter.services import normalize as module
-
-            normalize = self._normalize = getattr(module, self.reader)
-        return normalize(_decode(value))
+        return self.reader(_decode(value))
 
     def deconstruct(self):
         name, _path, args, kwargs = super().deconstruct()
@@ -68,16 +64,16 @@ class _NormalizedOnReadJSONField(models.JSONField):
 class EvidenceField(_NormalizedOnReadJSONField):
     """Run evidence (DOMAIN §12.4): always a list of normalised items when read."""
 
-    reader = "evidence_on_read"
+    reader = staticmethod(normalize.evidence_on_read)
 
 
 class CheckpointField(_NormalizedOnReadJSONField):
     """Run checkpoint (DOMAIN §12.5): null or `{version: 1, tool_events}` when read."""
 
-    reader = "checkpoint_on_read"
+    reader = staticmethod(normalize.checkpoint_on_read)
 
 
 class ContextField(_NormalizedOnReadJSONField):
     """Action context: a list whose entries' `evidence` is normalised when read (DOMAIN §12.4)."""
 
-    reader = "context_on_read"
+    reader = staticmethod(normalize.context_on_read)

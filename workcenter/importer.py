@@ -424,9 +424,8 @@ def read_reference_db(path: str | os.PathLike) -> SourceRows:
                         f"{p} is not a reference Work Center database: table {table} lacks "
                         f"column(s) {', '.join(lacking)}")
             src = SourceRows(schema_version=version, columns=columns)
-            order_items = "created_at, id"
             src.items = [_item_from_row(r, columns["work_items"])
-                         for r in _rows(conn, f"SELECT * FROM work_items ORDER BY {order_items}")]
+                         for r in _rows(conn, "SELECT * FROM work_items ORDER BY created_at, id")]
             item_ids = {i.pk for i in src.items}
             if len(item_ids) != len(src.items):
                 raise ReferenceImportError("duplicate work item ids in the reference database")

@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from workcenter.errors import InvalidInput
-from workcenter.models import RunStatus
+from workcenter.choices import ActionType, RunStatus
 
 __all__ = [
     "COUNTER_FIELDS",
@@ -77,7 +77,7 @@ CHECK_STATUSES = ("passed", "deferred", "not_applicable")
 CHECK_EVIDENCE_MAX = 1000
 # Action types whose completion requires every acceptance check to be `passed` (§7.3 step 3);
 # `review` joins them only when its decision is `approved`.
-VERIFICATION_TYPES = ("test", "deliver")
+VERIFICATION_TYPES = (ActionType.TEST.value, ActionType.DELIVER.value)
 
 SESSION_ROLES = ("user", "assistant")
 SESSION_MESSAGE_MAX = 4000
@@ -571,11 +571,11 @@ def normalize_submission(raw: dict, *, action_type: str, criteria: list[str]) ->
     if outcome == RunStatus.WAITING and not (result["waiting_reason"] or "").strip():
         raise InvalidInput(MSG_WAITING_REASON, fields=["waiting_reason"])
 
-    if contract_patch is not None and action_type != "triage":
+    if contract_patch is not None and action_type != ActionType.TRIAGE:
         downgrade(MSG_ONLY_TRIAGE_PATCH)
         result["contract_patch"] = None
 
-    if action_type == "review" and result["outcome"] == RunStatus.COMPLETED and review_decision is None:
+    if action_type == ActionType.REVIEW and result["outcome"] == RunStatus.COMPLETED and review_decision is None:
         downgrade(MSG_REVIEW_DECISION)
 
     if result["outcome"] != RunStatus.COMPLETED:
@@ -587,7 +587,7 @@ def normalize_submission(raw: dict, *, action_type: str, criteria: list[str]) ->
         return result
 
     patch = result["contract_patch"]
-    if action_type == "triage" and patch is not None and "acceptance_criteria" in patch:
+    if action_type == ActionType.TRIAGE and patch is not None and "acceptance_criteria" in patch:
         effective = list(patch["acceptance_criteria"])
     else:
         effective = [c for c in (criteria or [])]
@@ -597,7 +597,7 @@ def normalize_submission(raw: dict, *, action_type: str, criteria: list[str]) ->
         return result
 
     must_pass = action_type in VERIFICATION_TYPES or (
-        action_type == "review" and review_decision == "approved"
+        action_type == ActionType.REVIEW and review_decision == "approved"
     )
     if must_pass and any(check["status"] != "passed" for check in result["acceptance_checks"]):
         downgrade(f"{action_type} Action requires every acceptance check to pass")

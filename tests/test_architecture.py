@@ -1,0 +1,189 @@
+"""The shape of the code, checked: the import graph of workcenter/ and dashboard/ (migrations
+aside, function-local imports included) has no cycle, no module reaches into another's private
+names, no module is over 700 lines, few imports are function-local and each says why, nothing
+above workcenter/db.py formats SQL, and every named statement has its header and a caller."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("workcenter", "dashboard")
+MAX_LINES = 700
+MAX_LOCAL_IMPORTS = 8
+SQL_WORDS = re.compile(r"\b(SELECT|UPDATE|INSERT INTO|DELETE FROM)\b")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _package_of(name: str, path: Path) -> str:
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _resolve(target: str) -> str | None:
+    while target and target not in MODULES:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def _imports(name: str, path: Path):
+    """(imported module, imported name or None, node, local?) for every import of a module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    local = {id(sub) for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for sub in ast.walk(node) if isinstance(sub, (ast.Import, ast.ImportFrom))}
+    package = _package_of(name, path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, None, node, id(node) in local
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                yield (full if full in MODULES else base), alias.name, node, id(node) in local
+
+
+def _graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {name: set() for name in MODULES}
+    for name, path in MODULES.items():
+        for target, _, _, _ in _imports(name, path):
+            resolved = _resolve(target)
+            if resolved and resolved != name:
+                edges[name].add(resolved)
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_has_no_cycle():
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_uses_another_modules_private_names():
+    found = []
+    for name, path in MODULES.items():
+        aliases = {}
+        for target, imported, node, _ in _imports(name, path):
+            resolved = _resolve(target)
+            if resolved is None or resolved == name:
+                continue
+            if imported and imported.startswith("_") and not imported.startswith("__"):
+                found.append(f"{name}:{node.lineno} imports {resolved}.{imported}")
+            if imported is None or target in MODULES and target.endswith("." + imported):
+                aliases[(node.names[0].asname or imported or target).split(".")[0]] = resolved
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                found.append(f"{name}:{node.lineno} uses {aliases[node.value.id]}.{node.attr}")
+    assert found == []
+
+
+def test_no_module_is_over_700_lines():
+    long = {name: n for name, path in MODULES.items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_function_local_imports_are_few_and_say_why():
+    local = []
+    for name, path in MODULES.items():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        seen = set()
+        for target, _, node, is_local in _imports(name, path):
+            if not is_local or id(node) in seen:
+                continue
+            seen.add(id(node))
+            text = lines[node.lineno - 1] + " " + (lines[node.lineno - 2] if node.lineno > 1 else "")
+            local.append((f"{name}:{node.lineno}", "#" in text))
+    assert len(local) <= MAX_LOCAL_IMPORTS, local
+    assert [where for where, commented in local if not commented] == []
+
+
+def test_nothing_above_the_database_toolkit_formats_sql():
+    found = []
+    for name, path in MODULES.items():
+        if name == "workcenter.db":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.JoinedStr):
+                text = "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+                if SQL_WORDS.search(text):
+                    found.append(f"{name}:{node.lineno}")
+    assert found == []
+
+
+def test_every_named_statement_has_a_header_and_a_caller():
+    from workcenter import db
+
+    statements = db.catalogue()
+    assert statements, "the catalogue is empty"
+    sources = "\n".join(p.read_text(encoding="utf-8") for n, p in MODULES.items() if n != "workcenter.db")
+    for name, statement in statements.items():
+        assert "Locks:" in statement.header, name
+        assert f'"{name}"' in sources, f"{name} is never used"
+        assert set(statement.text) == set(db.VENDORS)
+
+
+@pytest.mark.parametrize("vendor", ["postgresql", "sqlite"])
+def test_every_named_statement_expands_on_both_databases(vendor):
+    from django.db import connection
+
+    from workcenter import db
+
+    for name, statement in db.catalogue().items():
+        text = db.expand(statement.text[vendor], vendor, connection.ops.quote_name)
+        assert "{" not in text.replace("{ids}", "").replace("{values}", ""), name
