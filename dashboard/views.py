@@ -9,20 +9,15 @@ import os
 
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.decorators import login_required, permission_required
-from django.contrib.auth.tokens import PasswordResetTokenGenerator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils.http import urlsafe_base64_decode, urlsafe_base64_encode
+from django.utils.http import urlsafe_base64_decode
 
 from workcenter import selectors
 from workcenter.auth import CHANGE, VIEW
+from workcenter.demo_login import DEMO_LOGIN_ENV, demo_login_tokens
 from workcenter.errors import NotFound
 from workcenter.security import CONTENT_SECURITY_POLICY
-
-# `manage.py demo` sets this in the environment of the web server it starts; nowhere else is the
-# one-time sign-in route active.
-DEMO_LOGIN_ENV = "WORKCENTER_DEMO_LOGIN"
-
 
 def _page_config(request: HttpRequest, **extra) -> dict:
     user = request.user
@@ -51,20 +46,6 @@ def work_item_page(request: HttpRequest, item_id: str) -> HttpResponse:
         "item": item,
         "config": _page_config(request, item_id=item.pk),
     })
-
-
-class DemoLoginTokens(PasswordResetTokenGenerator):
-    """A token bound to the user's last_login and password: signing in once invalidates it."""
-
-    key_salt = "workcenter.dashboard.demo-login"
-
-
-demo_login_tokens = DemoLoginTokens()
-
-
-def demo_login_path(user) -> str:
-    uid = urlsafe_base64_encode(str(user.pk).encode())
-    return f"/accounts/demo-login/{uid}/{demo_login_tokens.make_token(user)}/"
 
 
 _DEMO_LINK_PAGES = {

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from dashboard.views import DEMO_LOGIN_ENV, demo_login_path
+from workcenter.demo_login import DEMO_LOGIN_ENV, demo_login_path
 from workcenter.security import CONTENT_SECURITY_POLICY
 
 pytestmark = pytest.mark.django_db
