@@ -12,25 +12,26 @@ import copy
 from typing import Any
 
 from workcenter.errors import PlanError
-from workcenter.models import ExecutionMode, WorkspaceMode
+from workcenter.models import ActionType, ExecutionMode, WorkspaceMode
 
 from .workflows import (
     DEFAULT_MAX_ATTEMPTS,
     MAX_NAME_LEN,
     MAX_TYPE_LEN,
+    NON_EDITABLE_TYPES,
     as_dict,
     clamp_attempts,
     clean_id,
     clean_text,
     default_policy_text,
     default_workflows,
-    has_key,
+    has_key_or_alias,
     is_built_in,
+    key_or_alias,
     normalize_assignment_policy,
     normalize_model_policy,
     normalize_stage,
     normalize_workflow,
-    read_key,
     snapshot_stages,
     type_brief,
     unique_strings,
@@ -108,7 +109,7 @@ def planning_snapshot(
         {
             "id": "triage",
             "name": "Triage",
-            "type": "triage",
+            "type": ActionType.TRIAGE.value,
             "instruction": _planning_instruction(templates, wanted),
             "assignment_policy": {"mode": "auto", "capability": "triage"},
             "max_attempts": DEFAULT_MAX_ATTEMPTS,
@@ -138,7 +139,7 @@ def planning_snapshot(
 def _planning_triage_stage(snapshot: dict[str, Any]) -> dict[str, Any]:
     stages = snapshot_stages(snapshot)
     for stage in stages:
-        if isinstance(stage, dict) and stage.get("type") == "triage":
+        if isinstance(stage, dict) and stage.get("type") == ActionType.TRIAGE:
             return copy.deepcopy(stage)
     if stages:
         return copy.deepcopy(stages[0])
@@ -149,14 +150,14 @@ def _type_lookup(mapping: Any, action_type: str) -> Any:
     table = as_dict(mapping)
     value = table.get(action_type)
     if value is None and not is_built_in(action_type):
-        value = table.get("custom")
+        value = table.get(ActionType.CUSTOM)
     return value
 
 
 def _plan_dependencies(entry: dict[str, Any], previous_id: str | None) -> list[str]:
     """Rule 5: a present key is used as given (trimmed, deduplicated); absent ⇒ the previous entry."""
-    if has_key(entry, "depends_on_action_ids", "dependsOnActionIds"):
-        value = read_key(entry, "depends_on_action_ids", "dependsOnActionIds")
+    if has_key_or_alias(entry, "depends_on_action_ids", "dependsOnActionIds"):
+        value = key_or_alias(entry, "depends_on_action_ids", "dependsOnActionIds")
         if isinstance(value, str):
             value = [value]
         return unique_strings(value)
@@ -167,8 +168,8 @@ def _generate_stage(
     snapshot: dict[str, Any], entry: dict[str, Any], position: int, seen: set[str],
     previous_id: str | None,
 ) -> dict[str, Any]:
-    action_type = clean_id(entry.get("type"), "custom", max_len=MAX_TYPE_LEN)
-    if action_type == "triage":
+    action_type = clean_id(entry.get("type"), ActionType.CUSTOM.value, max_len=MAX_TYPE_LEN)
+    if action_type == ActionType.TRIAGE:
         raise PlanError("AI-planned Actions cannot add another triage Action")
     stage_id = clean_id(entry.get("id"), f"{action_type}-{position}")
     if stage_id in seen:
@@ -176,7 +177,7 @@ def _generate_stage(
     seen.add(stage_id)
     if not clean_text(entry.get("objective")):
         raise PlanError(f'AI-planned Action "{stage_id}" requires an objective')
-    workspace_mode = read_key(entry, "workspace_mode", "workspaceMode")
+    workspace_mode = key_or_alias(entry, "workspace_mode", "workspaceMode")
     model_policy = _type_lookup(snapshot.get("action_model_policies"), action_type)
     return {
         "id": stage_id,
@@ -189,7 +190,7 @@ def _generate_stage(
             {
                 "mode": "auto",
                 "capability": entry.get("capability"),
-                "separate_from_stage_types": read_key(
+                "separate_from_stage_types": key_or_alias(
                     entry, "separate_from_action_types", "separateFromActionTypes"
                 ),
             },
@@ -200,7 +201,7 @@ def _generate_stage(
         ),
         "depends_on_stage_ids": _plan_dependencies(entry, previous_id),
         "workspace_mode": workspace_mode_or_shared(workspace_mode),
-        "max_attempts": clamp_attempts(read_key(entry, "max_attempts", "maxAttempts")),
+        "max_attempts": clamp_attempts(key_or_alias(entry, "max_attempts", "maxAttempts")),
         "changes_requested_stage_id": None,
     }
 
@@ -208,10 +209,10 @@ def _generate_stage(
 def _assign_review_targets(stages: list[dict[str, Any]], entries: list[dict[str, Any]]) -> None:
     """Rule 6: explicit targets must be earlier editable entries; defaults go by list position."""
     for i, stage in enumerate(stages):
-        if stage["type"] != "review":
+        if stage["type"] != ActionType.REVIEW:
             continue
-        earlier = [s for s in stages[:i] if s["type"] not in ("review", "deliver")]
-        requested = read_key(entries[i], "changes_requested_action_id", "changesRequestedActionId")
+        earlier = [s for s in stages[:i] if s["type"] not in NON_EDITABLE_TYPES]
+        requested = key_or_alias(entries[i], "changes_requested_action_id", "changesRequestedActionId")
         if requested is not None:
             target_id = clean_id(requested, "")
             if not target_id or target_id not in {s["id"] for s in earlier}:
@@ -243,7 +244,7 @@ def _check_graph(stages: list[dict[str, Any]]) -> None:
                 )
         isolated_deps = [d for d in stage["depends_on_stage_ids"] if d in isolated_set]
         if stage["workspace_mode"] == WorkspaceMode.INTEGRATE:
-            if stage["type"] != "integrate" or not isolated_deps:
+            if stage["type"] != ActionType.INTEGRATE or not isolated_deps:
                 raise PlanError(
                     f'AI-planned integration Action "{stage["id"]}" must depend on '
                     "isolated-write Actions"
@@ -253,7 +254,7 @@ def _check_graph(stages: list[dict[str, Any]]) -> None:
                     f'AI-planned integration Action "{stage["id"]}" must depend on every '
                     "isolated-write Action"
                 )
-        elif stage["type"] == "integrate":
+        elif stage["type"] == ActionType.INTEGRATE:
             raise PlanError(
                 f'AI-planned integrate Action "{stage["id"]}" requires integration workspace mode'
             )
@@ -276,7 +277,7 @@ def apply_triage_plan(snapshot: dict[str, Any], plan: Any) -> dict[str, Any]:
     # Rules 1–3: the plan and its type.
     if not isinstance(plan, dict):
         raise PlanError("AI-planned triage requires a structured plan")
-    raw_type = read_key(plan, "work_item_type", "workItemType")
+    raw_type = key_or_alias(plan, "work_item_type", "workItemType")
     if not isinstance(raw_type, str) or not raw_type.strip():
         raise PlanError("AI-planned triage requires a specific workItemType")
     work_item_type = clean_id(raw_type, "", max_len=MAX_TYPE_LEN)
@@ -297,7 +298,7 @@ def apply_triage_plan(snapshot: dict[str, Any], plan: Any) -> dict[str, Any]:
         reused = [
             copy.deepcopy(s)
             for s in template.get("stages") or []
-            if isinstance(s, dict) and s.get("type") != "triage"
+            if isinstance(s, dict) and s.get("type") != ActionType.TRIAGE
         ]
         if not reused:
             raise PlanError(

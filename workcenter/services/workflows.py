@@ -1,10 +1,9 @@
-"""Workflow definitions: normalisation, defaults and the linear next step (DOMAIN §4.1-§4.2, §4.5, §7.4).
+"""Workflow definitions: normalisation, defaults and the linear next step (DOMAIN §4.1-§4.2, §7.4).
 
-Pure functions over plain dicts: no database access (the models give only their mode enums).
-Planning snapshots and triage plans (§4.3-§4.4) are workcenter.services.planning. Every key is
-snake_case (DOMAIN §0);
-camelCase keys of the reference design are accepted as input aliases only, so reference
-snapshots can be imported. Messages carry the keywords of DOMAIN §17.
+Pure functions over plain dicts: no database access (the models give only their type and mode
+enums). Planning snapshots and triage plans (§4.3-§4.4) are workcenter.services.planning. Every
+key is snake_case (DOMAIN §0); camelCase keys of the reference design are accepted as input
+aliases only, so reference snapshots can be imported. Messages carry the keywords of DOMAIN §17.
 
 Look-ups by action type always go through `dict.get` on plain dicts: a type called
 `constructor`, `__proto__` or `items` is just an unknown string.
@@ -17,26 +16,13 @@ import re
 from typing import Any
 
 from workcenter.errors import WorkflowError
-from workcenter.models import ExecutionMode, WorkspaceMode
+from workcenter.models import ActionType, ExecutionMode, WorkspaceMode
 
 from .normalize import normalize_brief
 
-ACTION_TYPES: tuple[str, ...] = (
-    "triage",
-    "research",
-    "design",
-    "diagnose",
-    "implement",
-    "migrate",
-    "test",
-    "review",
-    "integrate",
-    "document",
-    "operate",
-    "deliver",
-    "write",
-    "custom",
-)
+ACTION_TYPES: tuple[str, ...] = tuple(ActionType.values)
+# a review returns changes to an earlier stage of any other type (DOMAIN §4.1, §4.4 rule 6)
+NON_EDITABLE_TYPES: tuple[str, ...] = (ActionType.REVIEW.value, ActionType.DELIVER.value)
 LEGACY_ASSIGNEES: dict[str, str] = {
     "triage": "omni",
     "implement": "linus",
@@ -245,7 +231,7 @@ _SOFTWARE_CHANGE_STAGES: tuple[dict[str, Any], ...] = (
 # --------------------------------------------------------------------------- small helpers
 
 
-def read_key(raw: dict, key: str, alias: str | None = None, default: Any = None) -> Any:
+def key_or_alias(raw: dict, key: str, alias: str | None = None, default: Any = None) -> Any:
     """`raw[key]`, else the reference design's camelCase `raw[alias]`, else `default`."""
     if key in raw:
         return raw[key]
@@ -254,7 +240,7 @@ def read_key(raw: dict, key: str, alias: str | None = None, default: Any = None)
     return default
 
 
-def has_key(raw: dict, key: str, alias: str | None = None) -> bool:
+def has_key_or_alias(raw: dict, key: str, alias: str | None = None) -> bool:
     return key in raw or (alias is not None and alias in raw)
 
 
@@ -317,14 +303,14 @@ def is_built_in(action_type: Any) -> bool:
 
 def default_policy_text(action_type: Any) -> str:
     """Built-in policy text of a type; unknown types get `custom`'s."""
-    key = action_type if is_built_in(action_type) else "custom"
-    return _POLICY_TEXTS.get(key) or _POLICY_TEXTS["custom"]
+    key = action_type if is_built_in(action_type) else ActionType.CUSTOM
+    return _POLICY_TEXTS.get(key) or _POLICY_TEXTS[ActionType.CUSTOM]
 
 
 def default_brief(action_type: Any) -> dict[str, str]:
     """Built-in `{objective, approach, expected_outcome}` of a type; unknown types get `custom`'s."""
-    key = action_type if is_built_in(action_type) else "custom"
-    objective, approach, expected_outcome = _BRIEFS.get(key) or _BRIEFS["custom"]
+    key = action_type if is_built_in(action_type) else ActionType.CUSTOM
+    objective, approach, expected_outcome = _BRIEFS.get(key) or _BRIEFS[ActionType.CUSTOM]
     return {"objective": objective, "approach": approach, "expected_outcome": expected_outcome}
 
 
@@ -343,8 +329,8 @@ def normalize_assignment_policy(raw: Any, action_type: str) -> dict[str, Any]:
     mode = source.get("mode")
     if mode not in ASSIGNMENT_MODES:
         mode = "auto"
-    vp_id = clean_text(read_key(source, "vp_id", "fixedVpId")) or clean_text(source.get("fixed_vp_id")) or None
-    candidates = unique_strings(read_key(source, "candidate_vp_ids", "candidateVpIds"))
+    vp_id = clean_text(key_or_alias(source, "vp_id", "fixedVpId")) or clean_text(source.get("fixed_vp_id")) or None
+    candidates = unique_strings(key_or_alias(source, "candidate_vp_ids", "candidateVpIds"))
     if (mode == "fixed" and not vp_id) or (mode == "pool" and not candidates):
         mode = "auto"
     return {
@@ -353,7 +339,7 @@ def normalize_assignment_policy(raw: Any, action_type: str) -> dict[str, Any]:
         "candidate_vp_ids": candidates,
         "vp_id": vp_id if mode == "fixed" else None,
         "separate_from_stage_types": unique_strings(
-            read_key(source, "separate_from_stage_types", "separateFromStageTypes")
+            key_or_alias(source, "separate_from_stage_types", "separateFromStageTypes")
         ),
     }
 
@@ -375,9 +361,9 @@ def normalize_model_policy(raw: Any) -> dict[str, Any]:
 
 def _normalize_type(raw_type: Any, planning_mode: str) -> str:
     if planning_mode == "ai":
-        return clean_id(raw_type, "custom", max_len=MAX_TYPE_LEN)
-    slug = clean_id(raw_type, "custom")
-    return slug if slug in _BUILT_IN else "custom"
+        return clean_id(raw_type, ActionType.CUSTOM.value, max_len=MAX_TYPE_LEN)
+    slug = clean_id(raw_type, ActionType.CUSTOM.value)
+    return slug if slug in _BUILT_IN else ActionType.CUSTOM.value
 
 
 # --------------------------------------------------------------------------- normalisation (§4.1)
@@ -388,7 +374,7 @@ def normalize_stage(raw: Any, index: int, *, planning_mode: str = "static") -> d
     source = as_dict(raw)
     action_type = _normalize_type(source.get("type"), planning_mode)
     stage_id = clean_id(source.get("id"), f"{action_type}-{index + 1}")
-    workspace_mode = read_key(source, "workspace_mode", "workspaceMode")
+    workspace_mode = key_or_alias(source, "workspace_mode", "workspaceMode")
     stage: dict[str, Any] = {
         "id": stage_id,
         "name": clean_text(source.get("name"), MAX_NAME_LEN) or stage_id,
@@ -396,19 +382,19 @@ def normalize_stage(raw: Any, index: int, *, planning_mode: str = "static") -> d
         **type_brief(source, action_type),
         "instruction": clean_text(source.get("instruction")) or default_policy_text(action_type),
         "assignment_policy": normalize_assignment_policy(
-            read_key(source, "assignment_policy", "assignmentPolicy"), action_type
+            key_or_alias(source, "assignment_policy", "assignmentPolicy"), action_type
         ),
-        "model_policy": normalize_model_policy(read_key(source, "model_policy", "modelPolicy")),
+        "model_policy": normalize_model_policy(key_or_alias(source, "model_policy", "modelPolicy")),
         "depends_on_stage_ids": unique_strings(
-            read_key(source, "depends_on_stage_ids", "dependsOnStageIds")
+            key_or_alias(source, "depends_on_stage_ids", "dependsOnStageIds")
         ),
         "workspace_mode": workspace_mode_or_shared(workspace_mode),
-        "max_attempts": clamp_attempts(read_key(source, "max_attempts", "maxAttempts")),
+        "max_attempts": clamp_attempts(key_or_alias(source, "max_attempts", "maxAttempts")),
         "changes_requested_stage_id": None,
     }
-    if action_type == "review":
+    if action_type == ActionType.REVIEW:
         stage["changes_requested_stage_id"] = clean_id(
-            read_key(source, "changes_requested_stage_id", "changesRequestedStageId"), "implement"
+            key_or_alias(source, "changes_requested_stage_id", "changesRequestedStageId"), ActionType.IMPLEMENT.value
         )
     return stage
 
@@ -416,7 +402,7 @@ def normalize_stage(raw: Any, index: int, *, planning_mode: str = "static") -> d
 def _check_review_targets(stages: list[dict[str, Any]]) -> None:
     positions = {stage["id"]: i for i, stage in enumerate(stages)}
     for i, stage in enumerate(stages):
-        if stage["type"] != "review":
+        if stage["type"] != ActionType.REVIEW:
             continue
         target_id = stage["changes_requested_stage_id"]
         target_index = positions.get(target_id)
@@ -424,7 +410,7 @@ def _check_review_targets(stages: list[dict[str, Any]]) -> None:
             raise WorkflowError(
                 f'Review stage "{stage["id"]}" points to missing stage "{target_id}"'
             )
-        if target_index >= i or stages[target_index]["type"] in ("review", "deliver"):
+        if target_index >= i or stages[target_index]["type"] in NON_EDITABLE_TYPES:
             raise WorkflowError(
                 f'Review stage "{stage["id"]}" must return to an earlier editable stage'
             )
@@ -448,8 +434,8 @@ def normalize_workflow(raw: Any, index: int = 0) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise WorkflowError("Workflow definition must be an object")
     workflow_id = clean_id(raw.get("id"), f"workflow-{index + 1}")
-    planning_mode = "ai" if read_key(raw, "planning_mode", "planningMode") == "ai" else "static"
-    requested_mode = read_key(raw, "execution_mode", "executionMode")
+    planning_mode = "ai" if key_or_alias(raw, "planning_mode", "planningMode") == "ai" else "static"
+    requested_mode = key_or_alias(raw, "execution_mode", "executionMode")
     execution = ExecutionMode.GRAPH if planning_mode == "ai" and requested_mode == ExecutionMode.GRAPH \
         else ExecutionMode.LINEAR
     raw_stages = raw.get("stages")
@@ -467,7 +453,7 @@ def normalize_workflow(raw: Any, index: int = 0) -> dict[str, Any]:
     if planning_mode == "static":
         _check_review_targets(stages)
 
-    raw_templates = read_key(raw, "action_templates", "actionTemplates")
+    raw_templates = key_or_alias(raw, "action_templates", "actionTemplates")
     templates = (
         [normalize_workflow(t, i) for i, t in enumerate(raw_templates)]
         if isinstance(raw_templates, (list, tuple))
@@ -480,18 +466,18 @@ def normalize_workflow(raw: Any, index: int = 0) -> dict[str, Any]:
         "planning_mode": planning_mode,
         "execution_mode": execution.value,
         "work_item_type": clean_id(
-            read_key(raw, "work_item_type", "workItemType"), "", max_len=MAX_TYPE_LEN
+            key_or_alias(raw, "work_item_type", "workItemType"), "", max_len=MAX_TYPE_LEN
         ) or None,
         "global_instructions": clean_text(
-            read_key(raw, "global_instructions", "globalInstructions"), MAX_GLOBAL_INSTRUCTIONS_LEN
+            key_or_alias(raw, "global_instructions", "globalInstructions"), MAX_GLOBAL_INSTRUCTIONS_LEN
         ),
-        "model_policy": normalize_model_policy(read_key(raw, "model_policy", "modelPolicy")),
+        "model_policy": normalize_model_policy(key_or_alias(raw, "model_policy", "modelPolicy")),
         "action_model_policies": _normalize_type_map(
-            read_key(raw, "action_model_policies", "actionModelPolicies"),
+            key_or_alias(raw, "action_model_policies", "actionModelPolicies"),
             lambda v: normalize_model_policy(v) if isinstance(v, dict) else None,
         ),
         "action_instructions": _normalize_type_map(
-            read_key(raw, "action_instructions", "actionInstructions"),
+            key_or_alias(raw, "action_instructions", "actionInstructions"),
             lambda v: clean_text(v) or None,
         ),
         "action_templates": templates,
@@ -547,22 +533,6 @@ def required_role_for(stage: Any) -> str:
     return clean_text(policy.get("vp_id")) or clean_text(policy.get("fixed_vp_id"))
 
 
-def stage_action_fields(stage: dict[str, Any]) -> dict[str, Any]:
-    """The fields an action copies from its stage (DOMAIN §4.5), minus instruction and context."""
-    return {
-        "type": stage["type"],
-        "stage_id": stage["id"],
-        "assignment_policy": copy.deepcopy(stage.get("assignment_policy") or {}),
-        "model_policy": copy.deepcopy(stage.get("model_policy") or {}),
-        "depends_on_stage_ids": list(stage.get("depends_on_stage_ids") or []),
-        "workspace_mode": stage.get("workspace_mode") or WorkspaceMode.SHARED.value,
-        "changes_requested_stage_id": stage.get("changes_requested_stage_id") or None,
-        "max_attempts": clamp_attempts(stage.get("max_attempts")),
-        "required_role": required_role_for(stage),
-        "brief": type_brief(stage, stage["type"]),
-    }
-
-
 # --------------------------------------------------------------------------- linear next step (§7.4)
 
 
@@ -610,9 +580,9 @@ def next_stage_id(
             f'Action stage "{stage_id or action_type}" is an unknown stage of the workflow snapshot'
         )
     current = stages[index]
-    if current.get("type") == "review":
+    if current.get("type") == ActionType.REVIEW:
         if review_decision == "changes_requested":
-            target = current.get("changes_requested_stage_id") or "implement"
+            target = current.get("changes_requested_stage_id") or ActionType.IMPLEMENT.value
             target_index = _stage_index(stages, target, None)
             if target_index < 0:
                 raise WorkflowError(f'Review return target "{target}" is an unknown stage')

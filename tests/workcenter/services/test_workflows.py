@@ -1,4 +1,4 @@
-"""Pure tests of workflow definitions and the linear next step (DOMAIN §4.1-§4.2, §4.5, §7.4)."""
+"""Pure tests of workflow definitions and the linear next step (DOMAIN §4.1-§4.2, §7.4)."""
 from __future__ import annotations
 
 import pytest
@@ -343,19 +343,6 @@ def test_required_role_for_non_fixed_is_empty():
     assert wf.required_role_for({"assignment_policy": {"mode": "auto", "capability": "x"}}) == ""
     assert wf.required_role_for({}) == ""
     assert wf.required_role_for({"assignment_policy": {"mode": "fixed", "vp_id": "ada"}}) == "ada"
-
-
-def test_stage_action_fields_copies_stage():
-    stage = wf.legacy_workflow()["stages"][2]
-    fields = wf.stage_action_fields(stage)
-    assert fields["type"] == "review"
-    assert fields["stage_id"] == "review"
-    assert fields["required_role"] == "martin"
-    assert fields["changes_requested_stage_id"] == "implement"
-    assert fields["brief"] == wf.default_brief("review")
-    fields["assignment_policy"]["mode"] = "auto"
-    assert stage["assignment_policy"]["mode"] == "fixed"
-
 
 
 # --------------------------------------------------------------------------- find_stage / next_stage_id
