@@ -13,7 +13,7 @@ from pydantic import PlainSerializer, WithJsonSchema
 
 from .clock import iso_ms
 from .constants import COUNTER_FIELDS
-from .models import ActionStatus, ExecutionMode
+from .choices import ActionStatus, ExecutionMode
 
 ExecutionModeName = Literal[tuple(ExecutionMode.values)]
 # what an item's attention names: a stage waiting for an answer, or a failed one waiting for a retry

@@ -27,7 +27,7 @@ from pydantic_core import core_schema
 from typing_extensions import TypeAliasType
 
 from .constants import COUNTER_FIELDS
-from .models import RunStatus, WorkItemStatus
+from .choices import RunStatus, WorkItemStatus
 from .services.normalize import OUTCOMES
 
 # Integers that reach the database or a datetime stay inside what both can hold: a huge epoch,

@@ -12,7 +12,7 @@ import copy
 from typing import Any
 
 from workcenter.errors import PlanError
-from workcenter.models import ActionType, ExecutionMode, WorkspaceMode
+from workcenter.choices import ActionType, ExecutionMode, WorkspaceMode
 
 from .workflows import (
     DEFAULT_MAX_ATTEMPTS,

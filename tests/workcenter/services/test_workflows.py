@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from workcenter.errors import WorkflowError
-from workcenter.models import ExecutionMode, WorkspaceMode
+from workcenter.choices import ExecutionMode, WorkspaceMode
 from workcenter.services import workflows as wf
 
 
