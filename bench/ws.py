@@ -10,8 +10,8 @@ How: this process runs the daphne server in-process (`daphne.server.Server` on a
 the real `workcenter.asgi:application`) on a fresh SQLite database. The events are committed in
 the server process the way an API request commits them: `work_item_create` (one
 `work_item.created` event each) runs in asgiref's sync thread (`sync_to_async`), one every
-`--interval-ms` (default 5). The commit time is taken by a publisher wrapper as the first thing
-after the commit (the `on_commit` callback), before the message is rendered (Event + item summary,
+`--interval-ms` (default 5). The commit time is taken by a wrapper around the publisher's
+after-commit hook (dashboard/publisher.py) as the first thing after the commit, before the message is rendered (Event + item summary,
 a few queries) and handed to the channel layer. A separate client process (`websockets`, sync
 client, `/ws/work-items/?token=…`) records when each message arrives; both sides read
 CLOCK_MONOTONIC, which is system-wide on Linux.
@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     from twisted.internet import reactor
 
     from asgiref.sync import sync_to_async
+    from dashboard.publisher import publisher
     from workcenter import events, services
     from workcenter.asgi import application
 
@@ -129,13 +130,13 @@ def main(argv: list[str] | None = None) -> int:
 
     stages: dict[str, dict[int, float]] = {"published": {}, "dispatched": {}, "sent": {}}
 
-    def timed_publisher(event) -> None:
+    def timed_publish(event) -> None:
         commit_times[event.id] = time.monotonic()
-        events.channel_publish(event)
+        publisher.publish(event)
         if args.breakdown:
             stages["published"][event.id] = time.monotonic()
 
-    events.set_publisher(timed_publisher)
+    events.set_publisher(timed_publish)
     if args.breakdown:
         from dashboard.consumers import WorkItemStreamConsumer
 

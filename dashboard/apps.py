@@ -6,8 +6,9 @@ class DashboardConfig(AppConfig):
 
     def ready(self) -> None:
         # every process that commits (web server, workers, commands) pushes its events to the
-        # channel layer; with Redis they reach the websocket clients of every web process
-        from workcenter import events
+        # channel layer; with Redis they reach the websocket clients of every web process.
+        # Imported here, not at the top: the publisher imports the models, which need the app
+        # registry that is being populated while this module is imported.
+        from .publisher import publisher
 
-        events.set_publisher(events.channel_publish)
-        events.set_progress_publisher(events.channel_progress_publish)
+        publisher.register()

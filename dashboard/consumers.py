@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import logging
 import re
 import time
@@ -40,13 +39,14 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from workcenter import events, selectors
+from workcenter import render, selectors
 from workcenter.auth import VIEW
 from workcenter.errors import NotFound
-from workcenter.schemas import MAX_INT64, GraphOut
+from workcenter.schemas import GraphOut
 
+from .publisher import event_message, hello_message, publisher
 from .pump import pump
 
 CLOSE_BAD_REQUEST = 4400
@@ -67,6 +67,7 @@ REPLAY_THREADS = 1
 REPLAY_REST = 1.0
 PENDING_MAX = 1000  # live messages a consumer buffers during its replay
 _DIGITS = re.compile(r"[0-9]{1,20}")
+MAX_EVENT_ID = 2**63 - 1  # event ids are 64-bit
 
 logger = logging.getLogger("workcenter.events.stream")
 
@@ -77,7 +78,7 @@ def _after_id(scope) -> int | None | bool:
     if not values:
         return None
     raw = values[-1].strip()
-    if not _DIGITS.fullmatch(raw) or int(raw) > MAX_INT64:
+    if not _DIGITS.fullmatch(raw) or int(raw) > MAX_EVENT_ID:
         return False
     return int(raw)
 
@@ -95,7 +96,7 @@ def _events_page(*, after_id: int, before_id: int | None,
         batch, more = [e for e in batch if e.id < before_id], False
     cursor = batch[-1].id if batch else after_id
     summaries = selectors.work_item_summaries({e.work_item_id for e in batch})
-    page = [(e.id, events.event_message(e, summaries[e.work_item_id])) for e in batch if e.work_item_id in summaries]
+    page = [(e.id, event_message(e, summaries[e.work_item_id])) for e in batch if e.work_item_id in summaries]
     return page, cursor, more
 
 
@@ -120,8 +121,9 @@ def _replay_read(**kwargs):
     return database_sync_to_async(_paced_page, thread_sensitive=False, executor=_replay_executor)(**kwargs)
 
 
-class WorkItemStreamConsumer(AsyncWebsocketConsumer):
-    """`/ws/work-items/` (all items) and `/ws/work-items/<item_id>/` (one item)."""
+class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
+    """`/ws/work-items/` (all items) and `/ws/work-items/<item_id>/` (one item). Messages leave
+    as compact UTF-8 JSON through workcenter/render.py, as the HTTP API's responses do."""
 
     item_id: str | None = None
     last_id: int = 0  # the id of the last event sent (or known to the client)
@@ -143,10 +145,8 @@ class WorkItemStreamConsumer(AsyncWebsocketConsumer):
         if after_id is False:
             return await self._refuse(CLOSE_BAD_REQUEST)
         self.item_id = self.scope["url_route"]["kwargs"].get("item_id")
-        group = events.ITEMS_GROUP if self.item_id is None else events.item_group(self.item_id)
+        group = await publisher.join(self.channel_layer, self.channel_name, self.item_id)  # join first, then read
         self.groups = [group]  # websocket_disconnect leaves it
-        events.set_stream_loop(asyncio.get_running_loop())
-        await self.channel_layer.group_add(group, self.channel_name)  # join first, then read
         await pump.consumer_joined(self.channel_name)  # other processes' events (in-memory layer)
         await self.accept()
         try:
@@ -174,16 +174,13 @@ class WorkItemStreamConsumer(AsyncWebsocketConsumer):
 
     def _snapshot(self) -> dict:
         if self.item_id is None:
-            hello = {"type": "hello", "last_event_id": selectors.event_last_id()}
-        else:
-            selectors.work_item_get(self.item_id)  # NotFound ⇒ 4404
-            # the id is read before the graph: an event committing in between is then replayed
-            # on a graph that may already show it (harmless), never skipped
-            last = selectors.item_last_event_id(self.item_id)
-            graph = GraphOut.model_validate(selectors.graph_snapshot(self.item_id)).model_dump(mode="json")
-            graph["last_event_id"] = last
-            hello = {"type": "hello", "last_event_id": last, "graph": graph}
-        return hello
+            return hello_message(selectors.event_last_id())
+        selectors.work_item_get(self.item_id)  # NotFound ⇒ 4404
+        # the id is read before the graph: an event committing in between is then replayed on a
+        # graph that may already show it (harmless), never skipped
+        last = selectors.item_last_event_id(self.item_id)
+        graph = render.render(GraphOut, {**selectors.graph_snapshot(self.item_id), "last_event_id": last})
+        return hello_message(last, graph)
 
     # --- replay --------------------------------------------------------------------------------
 
@@ -282,8 +279,13 @@ class WorkItemStreamConsumer(AsyncWebsocketConsumer):
             return
         await self.send_json(message["message"])
 
-    async def send_json(self, message: dict) -> None:
-        await self.send(text_data=json.dumps(message, separators=(",", ":")))
+    @classmethod
+    async def encode_json(cls, content) -> str:
+        return render.dumps(content).decode("utf-8")
 
-    async def receive(self, text_data=None, bytes_data=None) -> None:
+    @classmethod
+    async def decode_json(cls, text_data):
+        return render.loads(text_data)
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
         """The stream is one-way: what a client sends is ignored (never parsed)."""

@@ -1,7 +1,7 @@
 """The event pump: events committed by *other* processes reach this web server's websocket
 clients when the channel layer is the in-memory one.
 
-Why: every process publishes its own events after commit (workcenter/events.py), but an
+Why: every process publishes its own events after commit (dashboard/publisher.py), but an
 `InMemoryChannelLayer` lives inside one process. On the embedded default (no `REDIS_URL`) a
 worker (`workcenter_worker`), a command (`recover_runs`, `demo`'s simulated workers) or a second
 web process commits events that no websocket client of this server would ever see live.
@@ -17,8 +17,9 @@ connects, as a task on the server's event loop:
 * every `WORKCENTER_EVENT_POLL_MS` (default 200; 0 disables the pump) it runs one indexed query
   (`id > cursor ORDER BY id`, primary key) in the consumers' database thread, page by page
   (`PAGE` rows; a full page is followed at once by the next one);
-* each event goes out through `events.channel_publish` — the publisher of the committing
-  process — so the message shape, the groups and the previous-id hints are the same. The hints
+* each event goes out through `publisher.publish_page` (dashboard/publisher.py, the publisher
+  of the committing process too), so the message shape, the groups and the previous-id hints
+  are the same. The hints
   come from the page itself (the previous row; an item's previous row); the items' first events
   in a page get theirs from one stream read for the page, and the items' summaries are read
   together (`selectors.events_previous_ids`, `selectors.work_item_summaries`). Events nobody in
@@ -27,7 +28,7 @@ connects, as a task on the server's event loop:
   it ends (no idle database load); the next first consumer starts it again from the new max.
 
 Events committed in this process were already published after their commit: the pump skips
-the ids `events.published_here` remembers (the last 10,000), so it renders and sends only what
+the ids `publisher.published_here` remembers (the last 10,000), so it renders and sends only what
 other processes committed. Should a copy still go out twice, consumers drop every id they
 already sent, so each client receives each event once, in id order. (Measured with
 `bench/ws.py --layer memory`: re-sending local events put the pump's rendering in front of live
@@ -51,6 +52,8 @@ from django.conf import settings
 
 from workcenter import events, selectors
 from workcenter.models import Event
+
+from .publisher import groups_of, may_have_members, publisher
 
 logger = logging.getLogger("workcenter.events.pump")
 
@@ -142,10 +145,9 @@ class EventPump:
             self.cursor = event.id
             known = item_previous.get(event.work_item_id)
             item_previous[event.work_item_id] = event.id
-            if events.published_here(event.id):
+            if publisher.published_here(event.id):
                 continue  # this process publishes it after its commit: no second copy
-            groups = [events.ITEMS_GROUP, events.item_group(event.work_item_id)]
-            if events._may_have_members(layer, groups):
+            if may_have_members(layer, groups_of(event.work_item_id)):
                 todo.append((event, prev_id, known))
         if todo:
             # an item's first event in the page: its in-item previous id from one stream read for
@@ -158,7 +160,7 @@ class EventPump:
                     continue  # the item is gone
                 if known is None:
                     known = looked[event.id][1]
-                if events.channel_publish(event, previous=(prev_id, known), work_item=item):
+                if publisher.publish_page(event, previous=(prev_id, known), work_item=item):
                     self.published += 1
         return len(page) == PAGE
 

@@ -9,6 +9,9 @@ have sent. `render(schema, obj)` walks a plan compiled once per schema from the 
 (fields, resolvers, nested schemas, the timestamp serializer), so the output cannot drift from
 the documented shape; tests/workcenter/api/test_render.py compares it with ninja's own rendering
 for every schema it is used with. Requests are still validated as before.
+
+`dumps` encodes the responses rendered here and every message of the live stream
+(dashboard/consumers.py), so both are the same compact UTF-8 JSON.
 """
 from __future__ import annotations
 
@@ -114,6 +117,11 @@ def dumps(data: Any) -> bytes:
         return orjson.dumps(data)
     except (TypeError, orjson.JSONEncodeError):
         return _fallback(data).encode("utf-8")
+
+
+def loads(data: str | bytes) -> Any:
+    """JSON text (orjson) as Python data."""
+    return orjson.loads(data)
 
 
 def response(schema: type[BaseModel], obj: Any, status: int = 200) -> HttpResponse:

@@ -9,7 +9,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from workcenter import events
+from dashboard.publisher import publisher
 from workcenter.asgi import application
 from workcenter.auth import api_token_create
 
@@ -17,14 +17,12 @@ TIMEOUT = 5
 
 
 @pytest.fixture(autouse=True)
-def channel_publishers():
-    """The dashboard app registers these at startup; other tests may have swapped them."""
-    events.set_publisher(events.channel_publish)
-    events.set_progress_publisher(events.channel_progress_publish)
+def channel_publisher():
+    """The dashboard app registers the publisher at startup; other tests may have swapped it."""
+    publisher.register()
     async_to_sync(get_channel_layer().flush)()
     yield
-    events.set_publisher(events.channel_publish)
-    events.set_progress_publisher(events.channel_progress_publish)
+    publisher.register()
 
 
 @pytest.fixture

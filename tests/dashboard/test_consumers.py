@@ -11,6 +11,7 @@ from django.db import transaction
 from django.test import Client
 
 from dashboard import consumers
+from dashboard.publisher import PROGRESS_TAIL_CHARS, publisher
 from workcenter import events, selectors, services
 from workcenter.models import Event
 
@@ -229,7 +230,7 @@ def test_progress_reports_are_pushed_after_commit(store, viewer_token):
                 message = await c.receive_json_from(timeout=TIMEOUT)
                 assert message == {"type": "progress", "work_item_id": item.pk, "action_id": claim.action.pk,
                                    "run_id": claim.run.pk, "progress_revision": run_.progress_revision,
-                                   "response_tail": text[-events.PROGRESS_TAIL_CHARS:]}
+                                   "response_tail": text[-PROGRESS_TAIL_CHARS:]}
         # a fenced-out report commits nothing and pushes nothing
         assert await db_call(services.run_progress)(
             run_id=claim.run.pk, owner_boot_id="someone-else", lease_epoch=claim.run.lease_epoch,
@@ -299,7 +300,7 @@ def test_resume_backfills_then_goes_live_without_gap_or_duplicate(store, viewer_
 def test_lost_group_messages_are_read_back_from_the_database(store, viewer_token, monkeypatch, per_item):
     item = store.linear()
     path = f"/ws/work-items/{item.pk}/" if per_item else "/ws/work-items/"
-    real_send = events._group_send
+    real_send = publisher.send
     losing, dropped = [True], []
     monkeypatch.setattr(consumers, "REPLAY_PAGE", 2)  # the hole spans several pages
 
@@ -312,7 +313,7 @@ def test_lost_group_messages_are_read_back_from_the_database(store, viewer_token
 
     async def scenario():
         comm, hello = await open_stream(path, headers=bearer(viewer_token))
-        monkeypatch.setattr(events, "_group_send", lossy_send)
+        monkeypatch.setattr(publisher, "send", lossy_send)
         claim = await db_call(store.claim)()
         await db_call(store.complete)(claim)
         await db_call(store.linear)(title="other item")
@@ -332,7 +333,7 @@ def test_overtaken_message_is_sent_once_in_order(store, viewer_token):
     """Two publishers cross (event N+1's message arrives before N's): N is read back, then its
     late copy is dropped."""
     store.linear()
-    real_send = events._group_send
+    real_send = publisher.send
     held, crossed = [], []
 
     def crossing_send(layer, groups, message):
@@ -346,13 +347,13 @@ def test_overtaken_message_is_sent_once_in_order(store, viewer_token):
 
     async def scenario():
         comm, hello = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
-        events._group_send = crossing_send
+        publisher.send = crossing_send
         try:
             claim = await db_call(store.claim)()
             await asyncio.sleep(0.2)  # the claim's message leaves alone, before the completion commits
             await db_call(store.complete)(claim)
         finally:
-            events._group_send = real_send
+            del publisher.send  # the class's method again
         assert crossed  # the two messages really crossed
         expected = await db_call(stored_events)(after_id=hello["last_event_id"])
         got = await receive_all(comm, len(expected))
@@ -540,3 +541,25 @@ def test_progress_during_a_replay_follows_it_latest_only(store, viewer_token, mo
         run(scenario)
     finally:
         pages.release.set()
+
+
+def test_stream_messages_are_compact_utf8_json_like_the_api(store, viewer_token):
+    """Every websocket message is encoded by workcenter/render.py: compact, text as UTF-8 (not
+    \\u escapes), the same JSON as the REST API's events."""
+    import json
+
+    item = store.linear(title="Überprüfung ✓")
+
+    async def scenario():
+        comm, hello = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
+        await db_call(services.work_item_cancel)(item_id=item.pk, now=store.now())
+        text = await comm.receive_from(timeout=TIMEOUT)
+        await comm.disconnect()
+        return hello, text
+
+    hello, text = run(scenario)
+    assert "Überprüfung ✓" in text and "\\u" not in text
+    assert ", " not in text and ": " not in text.replace("Überprüfung ✓", "")
+    message = json.loads(text)
+    assert message["work_item"]["title"] == "Überprüfung ✓"
+    assert [message["event"]] == stored_events(after_id=hello["last_event_id"])

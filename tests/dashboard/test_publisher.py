@@ -1,4 +1,4 @@
-"""The publisher thread (workcenter/events.py): committed events are rendered off the committing
+"""The publisher (dashboard/publisher.py): committed events are rendered off the committing
 thread, in batches (one stream read and one summary read per batch), and leave in id order with the
 previous ids of each event (the largest stored ids below it, overall and in its item)."""
 from __future__ import annotations
@@ -13,8 +13,10 @@ from channels.db import database_sync_to_async
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from dashboard import publisher as publishing
 from dashboard.consumers import WorkItemStreamConsumer
-from workcenter import events, selectors, services
+from dashboard.publisher import ITEMS_GROUP, RedisGroupProbe, item_group, publisher
+from workcenter import selectors, services
 from workcenter.models import Event
 from workcenter.redis_layer import redis_layer_config
 
@@ -93,7 +95,7 @@ def orm_summary(item_id: str) -> tuple:
 def test_burst_is_rendered_in_batches_and_leaves_in_id_order(store, viewer_token, group_messages, stream_reads,
                                                                monkeypatch):
     # given: a slow batch rhythm, so that the burst below waits while the first batch is rendered
-    monkeypatch.setattr(events, "RENDER_INTERVAL", 0.4)
+    monkeypatch.setattr(publishing, "RENDER_INTERVAL", 0.4)
     items = [store.linear(title=f"burst {i}") for i in range(3)]
 
     def burst():
@@ -114,7 +116,7 @@ def test_burst_is_rendered_in_batches_and_leaves_in_id_order(store, viewer_token
         return want, got
 
     want, got = run(scenario)
-    # then: every event once, in id order, with the previous ids of `event_previous_ids`
+    # then: every event once, in id order, with their true previous ids
     assert len(want) >= 6
     assert [m["event"]["id"] for m in got] == want
     assert [m["id"] for m in group_messages] == want  # no message was overtaken or read back
@@ -137,7 +139,7 @@ def test_batch_reads_give_each_event_its_previous_ids_and_each_item_its_summary(
     assert len(stored) >= 5
     expected = expected_previous([e.id for e in stored])
     assert selectors.events_previous_ids(stored) == expected
-    assert {e.id: selectors.event_previous_ids(e) for e in stored} == expected
+    assert {e.id: selectors.events_previous_ids([e])[e.id] for e in stored} == expected
     assert selectors.events_previous_ids(stored, wait=False) in (None, expected)
     summaries = selectors.work_item_summaries([a.pk, b.pk, "no-such-item"])
     assert set(summaries) == {a.pk, b.pk}
@@ -218,18 +220,18 @@ def test_send_failure_never_reaches_the_caller(store, viewer_token, monkeypatch)
 
     async def scenario():
         comm, _ = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
-        monkeypatch.setattr(events, "_group_send", broken_send)
+        monkeypatch.setattr(publisher, "send", broken_send)
         cancelled = await db_call(services.work_item_cancel)(item_id=item.pk, now=store.now())
         assert cancelled.status == "cancelled"
-        await asyncio.to_thread(events.drain_publisher, 5)
-        assert sent and events.published_here(sent[0])
+        await asyncio.to_thread(publisher.drain, 5)
+        assert sent and publisher.published_here(sent[0])
         await comm.disconnect()
 
     run(scenario)
 
 
 def test_drain_waits_for_the_queued_events(store, viewer_token, monkeypatch, group_messages):
-    monkeypatch.setattr(events, "RENDER_INTERVAL", 0.3)
+    monkeypatch.setattr(publishing, "RENDER_INTERVAL", 0.3)
     items = [store.linear(title=f"drain {i}") for i in range(3)]
 
     async def scenario():
@@ -237,8 +239,8 @@ def test_drain_waits_for_the_queued_events(store, viewer_token, monkeypatch, gro
         for item in items:
             await db_call(services.work_item_cancel)(item_id=item.pk, now=store.now())
         # the committing calls returned before their messages were rendered; drain waits for them
-        await asyncio.to_thread(events.drain_publisher, 5)
-        assert events._renderer().idle()
+        await asyncio.to_thread(publisher.drain, 5)
+        assert publisher.batcher().idle()
         await asyncio.sleep(0.05)  # the in-memory layer hands them to the consumer on this loop
         got = await receive_all(comm, 3)
         assert [m["event"]["type"] for m in got] == ["work_item.cancelled"] * 3
@@ -247,19 +249,19 @@ def test_drain_waits_for_the_queued_events(store, viewer_token, monkeypatch, gro
     run(scenario)
 
 
-def _child_renderer(parent_pid: int, parent_native_id: int, out) -> None:
-    r = events._renderer()  # the parent held the publisher's lock when it forked
+def _child_batcher(parent_pid: int, parent_native_id: int, out) -> None:
+    r = publisher.batcher()  # the parent held the publisher's lock when it forked
     out.put((parent_pid != os.getpid(), r.pid == os.getpid(), r.thread.native_id != parent_native_id,
              r.thread.is_alive()))
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
-def test_a_forked_child_starts_its_own_publisher_thread():
-    parent = events._renderer()
+def test_a_forked_child_starts_its_own_batching_thread():
+    parent = publisher.batcher()
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
-    with events._render_lock:  # held at fork time: the child must not inherit it held
-        child = ctx.Process(target=_child_renderer, args=(os.getpid(), parent.thread.native_id, out))
+    with publisher.lock:  # held at fork time: the child must not inherit it held
+        child = ctx.Process(target=_child_batcher, args=(os.getpid(), parent.thread.native_id, out))
         child.start()
     try:
         assert out.get(timeout=10) == (True, True, True, True)
@@ -268,7 +270,7 @@ def test_a_forked_child_starts_its_own_publisher_thread():
         if child.is_alive():
             child.kill()
     assert child.exitcode == 0
-    assert events._renderer() is parent
+    assert publisher.batcher() is parent
 
 
 # --- Redis ----------------------------------------------------------------------------------------
@@ -283,34 +285,33 @@ def redis_layer(monkeypatch):
     except redis.RedisError:
         pytest.skip(f"no Redis at {REDIS_URL}")
     layer = RedisChannelLayer(**redis_layer_config(REDIS_URL))
-    monkeypatch.setattr(events, "get_channel_layer", lambda: layer)
-    monkeypatch.setattr(events, "_stream_loop", None)  # no websocket server: the publisher's own loop
-    asyncio.run_coroutine_threadsafe(layer.flush(), events._send_loop()).result(10)
+    monkeypatch.setattr(publisher, "layer", lambda: layer)
+    asyncio.run_coroutine_threadsafe(layer.flush(), publisher.own_loop()).result(10)
     yield layer
-    asyncio.run_coroutine_threadsafe(layer.flush(), events._send_loop()).result(10)
+    asyncio.run_coroutine_threadsafe(layer.flush(), publisher.own_loop()).result(10)
 
 
 def _on_send_loop(coro):
-    return asyncio.run_coroutine_threadsafe(coro, events._send_loop()).result(10)
+    return asyncio.run_coroutine_threadsafe(coro, publisher.own_loop()).result(10)
 
 
 def test_redis_groups_nobody_is_in_are_not_rendered(store, redis_layer, stream_reads):
     item = store.linear()
     other = store.linear(title="other")
-    item_group = events.item_group(item.pk)
-    assert events._groups_listened(redis_layer, [events.ITEMS_GROUP, item_group]) == set()
+    group = item_group(item.pk)
+    assert publisher.members(redis_layer, [ITEMS_GROUP, group]) == set()
     # nobody listens: the events are neither rendered nor sent
     services.work_item_cancel(item_id=other.pk, now=store.now())
-    events.drain_publisher(5)
+    publisher.drain(5)
     assert stream_reads == []
     # a member of one item's group: only that item's events are rendered, sent to that group only
     channel = _on_send_loop(redis_layer.new_channel())
-    _on_send_loop(redis_layer.group_add(item_group, channel))
-    assert events._groups_listened(redis_layer, [events.ITEMS_GROUP, item_group]) == {item_group}
+    _on_send_loop(redis_layer.group_add(group, channel))
+    assert publisher.members(redis_layer, [ITEMS_GROUP, group]) == {group}
     other2 = store.linear(title="other 2")
     services.work_item_cancel(item_id=item.pk, now=store.now())
     services.work_item_cancel(item_id=other2.pk, now=store.now())
-    events.drain_publisher(5)
+    publisher.drain(5)
     message = _on_send_loop(asyncio.wait_for(redis_layer.receive(channel), 5))
     cancel = Event.objects.filter(work_item_id=item.pk).latest("id")
     assert (message["type"], message["id"]) == ("stream.event", cancel.id)
@@ -320,9 +321,9 @@ def test_redis_groups_nobody_is_in_are_not_rendered(store, redis_layer, stream_r
 
 
 def test_redis_burst_reaches_a_listener_in_id_order(store, redis_layer, monkeypatch):
-    monkeypatch.setattr(events, "RENDER_INTERVAL", 0.2)
+    monkeypatch.setattr(publishing, "RENDER_INTERVAL", 0.2)
     channel = _on_send_loop(redis_layer.new_channel())
-    _on_send_loop(redis_layer.group_add(events.ITEMS_GROUP, channel))
+    _on_send_loop(redis_layer.group_add(ITEMS_GROUP, channel))
     before = selectors.event_last_id()
     errors = []
 
@@ -342,7 +343,7 @@ def test_redis_burst_reaches_a_listener_in_id_order(store, redis_layer, monkeypa
     for t in threads:
         t.join(60)
     assert not errors
-    events.drain_publisher(5)
+    publisher.drain(5)
     want = list(Event.objects.filter(id__gt=before).order_by("id").values_list("id", flat=True))
     got, messages = [], 0  # a batch of several events arrives as one `stream.events` message
     while len(got) < len(want):
@@ -355,3 +356,16 @@ def test_redis_burst_reaches_a_listener_in_id_order(store, redis_layer, monkeypa
     # consumer puts any two that crossed back in order
     assert sorted(m["id"] for m in got) == want
     assert all((m["prev_id"], m["item_prev_id"]) == previous[m["id"]] for m in got)
+
+
+def test_the_group_probe_knows_the_installed_channels_redis():
+    """The probe reads channels_redis internals: an upgrade out of its series turns it off, and
+    this test says so (recheck `RedisGroupProbe` against the new version, then move SERIES)."""
+    import importlib.metadata
+
+    from channels_redis.core import RedisChannelLayer
+
+    probe = RedisGroupProbe()
+    assert probe.version == importlib.metadata.version("channels_redis")
+    assert probe.pinned, (probe.version, probe.SERIES)
+    assert probe.applies(RedisChannelLayer(**redis_layer_config(REDIS_URL)))
