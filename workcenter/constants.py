@@ -14,3 +14,9 @@ COUNTER_FIELDS: tuple[str, ...] = (
 
 # The characters of a run's response the store keeps (DOMAIN §12.3); the HTTP worker sends no more.
 RESPONSE_CAP = 65536
+
+# The largest integers a 32-bit and a 64-bit column hold: an epoch, revision, event id, duration or
+# counter beyond them is invalid input (refused with 422, or a counter stored as 0, DOMAIN §12.1)
+# instead of an overflow.
+MAX_INT32 = 2**31 - 1
+MAX_INT64 = 2**63 - 1

@@ -26,14 +26,10 @@ from pydantic import (
 from pydantic_core import core_schema
 from typing_extensions import TypeAliasType
 
-from .constants import COUNTER_FIELDS
+from .constants import COUNTER_FIELDS, MAX_INT32, MAX_INT64
 from .choices import RunStatus, WorkItemStatus
-from .services.normalize import OUTCOMES
+from .services.normalize import COUNTER_KEYS, OUTCOMES
 
-# Integers that reach the database or a datetime stay inside what both can hold: a huge epoch,
-# revision, event id or duration is refused with 422 instead of overflowing into a 500.
-MAX_INT32 = 2**31 - 1
-MAX_INT64 = 2**63 - 1
 WorkItemStatusName = Literal[tuple(WorkItemStatus.values)]
 
 # Every input rule below is written twice, once for the server and once for the OpenAPI document,
@@ -292,9 +288,6 @@ def _too_large(value: Any) -> bool:
 
 
 Counter = Annotated[JsonValue, Field(description=_COUNTER_DOC, json_schema_extra={"maximum": MAX_INT64})]
-# the spellings DOMAIN §12.1 normalisation reads in a progress object: snake_case, then camelCase
-_COUNTER_KEYS = tuple(COUNTER_FIELDS) + tuple(
-    f.split("_")[0] + "".join(w.title() for w in f.split("_")[1:]) for f in COUNTER_FIELDS)
 
 
 class _Counters(InputSchema):
@@ -361,7 +354,7 @@ def _final_progress_schema(schema: dict) -> None:
     """Optional[JsonObject] plus the counters' bound, under both spellings normalisation reads."""
     obj = next(s for s in schema["anyOf"] if s.get("type") == "object")
     counter = {**obj["additionalProperties"], "maximum": MAX_INT64, "description": _COUNTER_DOC}
-    obj["properties"] = {key: counter for key in _COUNTER_KEYS}
+    obj["properties"] = {key: counter for key in COUNTER_KEYS}
 
 
 class InterruptIn(_Fence):
@@ -374,7 +367,7 @@ class InterruptIn(_Fence):
     @classmethod
     def _counters_fit(cls, value: Any) -> Any:
         if isinstance(value, dict):
-            for key in _COUNTER_KEYS:
+            for key in COUNTER_KEYS:
                 if _too_large(value.get(key)):
                     raise ValueError(f"{key} is larger than {MAX_INT64}")
         return value

@@ -26,6 +26,7 @@ from workcenter.choices import ActionType, RunStatus
 
 __all__ = [
     "COUNTER_FIELDS",
+    "COUNTER_KEYS",
     "RESPONSE_CAP",
     "OUTCOMES",
     "REVIEW_DECISIONS",
@@ -53,7 +54,7 @@ __all__ = [
 # Constants
 # ---------------------------------------------------------------------------------------------
 
-from workcenter.constants import COUNTER_FIELDS, RESPONSE_CAP  # noqa: E402,F401  (re-exported)
+from workcenter.constants import COUNTER_FIELDS, MAX_INT64, RESPONSE_CAP  # noqa: E402,F401  (re-exported)
 
 # The outcomes a worker submits (§7.2): the run statuses a submission ends a run in.
 OUTCOMES: tuple[str, ...] = tuple(
@@ -116,6 +117,8 @@ _CAMEL_ALIASES = {
     "source_title": "sourceTitle",
     "stage_id": "stageId",
 }
+# every spelling a counter is read under (§12.1): snake_case first, then the camelCase alias
+COUNTER_KEYS: tuple[str, ...] = tuple(COUNTER_FIELDS) + tuple(_CAMEL_ALIASES[f] for f in COUNTER_FIELDS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,16 +195,14 @@ def _is_clipped(value: Any, limit: int) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-MAX_COUNTER = 2**63 - 1  # a 64-bit column; anything larger is invalid input, stored as 0
-
-
 def _counter_value(value: Any) -> int:
+    """A counter as a non-negative int a 64-bit column holds; anything else is 0."""
     if value is None or isinstance(value, bool):
         return 0
     if isinstance(value, int):
-        return value if 0 <= value <= MAX_COUNTER else 0
+        return value if 0 <= value <= MAX_INT64 else 0
     if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value) or value < 0 or value > MAX_COUNTER:
+        if math.isnan(value) or math.isinf(value) or value < 0 or value > MAX_INT64:
             return 0
         return int(value)
     if isinstance(value, str):
