@@ -166,12 +166,6 @@ def event_last_id() -> int:
         return Event.objects.aggregate(m=Max("id"))["m"] or 0
 
 
-def event_previous_ids(event: Event) -> tuple[int, int]:
-    """The ids of the stored events just before `event`: overall and of its item (0 when none).
-    The live stream sends them along so a consumer can tell a lost message from an id hole."""
-    return events_previous_ids([event])[event.id]
-
-
 def run_fence_reason(*, run_id: str, owner_boot_id: str, lease_epoch: int, now=None) -> str:
     """Why a worker call on this run was fenced out (DOMAIN §6.4), read without locks.
 
@@ -400,7 +394,7 @@ def action_with_stats(action: Action) -> Action:
     return action
 
 
-# --- the live stream's batch reads (workcenter/events.py renders committed events in batches) ---
+# --- the live stream's batch reads (dashboard/publisher.py renders committed events in batches) ---
 
 def events_previous_ids(events_: list[Event], *, wait: bool = True) -> dict[int, tuple[int, int]] | None:
     """The previous ids of several events in ONE stream read: {event id: (overall, in-item)}, the

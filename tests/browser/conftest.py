@@ -16,7 +16,7 @@ from channels.layers import get_channel_layer
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 
-from workcenter import events
+from dashboard.publisher import publisher
 from workcenter.auth import api_token_create
 
 from tests.conftest import Clock, Store, make_graph
@@ -80,11 +80,9 @@ def shared_channel_layer(settings, bg):
     setting changes)."""
     settings.CHANNEL_LAYERS = redis_layer()
     bg(lambda: async_to_sync(get_channel_layer().flush)())
-    events.set_publisher(events.channel_publish)
-    events.set_progress_publisher(events.channel_progress_publish)
+    publisher.register()
     yield
-    events.set_publisher(events.channel_publish)
-    events.set_progress_publisher(events.channel_progress_publish)
+    publisher.register()
 
 
 @pytest.fixture
