@@ -30,7 +30,7 @@ from django.utils.http import urlencode
 from . import clock, services
 from .auth import CHANGE
 from .errors import WorkcenterError
-from .models import Action, Event, Run, RunStatus, WorkItem, WorkspaceMode
+from .models import Action, ActionStatus, Event, Run, RunStatus, WorkItem, WorkspaceMode
 from .services.repairs import MAX_ATTEMPTS_LIMIT, MAX_REASON
 
 def status_badge(status: str):
@@ -214,7 +214,7 @@ REPAIRS = {
         RepairForm,
         lambda obj, form, actor: services.run_release(run_id=obj.pk, reason=form.cleaned_data["reason"], actor=actor),
         lambda obj, result: "released; its Action is " + ("ready again" if Action.objects.filter(
-            pk=result.action_id).values_list("status", flat=True).first() == "ready" else "failed (not retryable)"),
+            pk=result.action_id).values_list("status", flat=True).first() == ActionStatus.READY else "failed (not retryable)"),
     ),
 }
 

@@ -22,6 +22,7 @@ from ninja.responses import Status
 from . import render, selectors, services
 from .auth import CHANGE, DEFINE_WORKFLOWS, RUN_ACTIONS, VIEW, actor_of, api_auth
 from .errors import BadRequest, InvalidInput, StaleRun, WorkcenterError
+from .services.normalize import UNSTORABLE
 from .schemas import (
     ActionResultOut,
     ClaimOut,
@@ -92,7 +93,6 @@ WORKER_ERRORS = {**ERRORS, 409: ErrorOut, 413: ErrorOut}
 # workflow definition with action templates, is under 10 levels deep.
 MAX_JSON_DEPTH = 64
 # NUL, and surrogates: json.loads joins escaped pairs, so any left are lone (not UTF-8 encodable)
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 # In a JSON text decoded from UTF-8 both can only come from escapes (the decoder refuses encoded
 # surrogates, json.loads raw control characters): a body without such an escape and with at most
 # MAX_JSON_DEPTH brackets needs no walk (the claim/submit hot path).
@@ -109,13 +109,13 @@ def _unstorable_text(value, path: str = "") -> str | None:
     while stack:
         value, path, depth = stack.pop()
         if isinstance(value, str):
-            if _UNSTORABLE.search(value):
+            if UNSTORABLE.search(value):
                 return path or "body"
         elif isinstance(value, dict):
             if depth > MAX_JSON_DEPTH:
                 raise _too_deep()
             for key in value:
-                if isinstance(key, str) and _UNSTORABLE.search(key):
+                if isinstance(key, str) and UNSTORABLE.search(key):
                     return path or key
             stack.extend((item, path or str(key), depth + 1) for key, item in reversed(value.items()))
         elif isinstance(value, list):

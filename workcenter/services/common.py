@@ -13,6 +13,7 @@ from typing import Any, Iterable
 from django.db import connection, transaction
 
 from .. import clock, db, rules
+from ..constants import MAX_INT32
 from ..errors import FenceLost, InvalidInput, NotFound, ReservationActive
 from ..models import Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
 from . import normalize, workflows
@@ -217,7 +218,7 @@ def apply_progress_fields(values: dict) -> dict:
     return out
 
 
-MAX_DURATION_MS = 2**31 - 1  # about 24.8 days: longer leases are input errors, not overflows
+MAX_DURATION_MS = MAX_INT32  # about 24.8 days: longer leases are input errors, not overflows
 
 
 def check_duration(value, field: str, *, allow_none: bool = False) -> None:

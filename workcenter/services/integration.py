@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from ..models import Action, ActionStatus, Run
 from .. import rules
+from ..clock import iso_ms
 from . import common
 from .common import resolve_now, store_transaction
 
@@ -19,10 +20,6 @@ class Reservation:
     action: Action
     token: str
     expires_at: datetime
-
-
-def _iso(dt: datetime) -> str:
-    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _fenced(run_id, owner_boot_id, lease_epoch, action_id, now, *, require_live):
@@ -68,7 +65,7 @@ def integration_acquire(*, action_id: str | None, run_id: str, owner_boot_id: st
         new_ws = dict(ws)
         new_ws["integration"] = dict(integ, reservation={
             "token": token, "run_id": run_id, "owner_boot_id": owner_boot_id,
-            "lease_epoch": lease_epoch, "expires_at": _iso(expires),
+            "lease_epoch": lease_epoch, "expires_at": iso_ms(expires),
         })
         common.guarded_update(Action.objects.filter(pk=action.pk, current_run_id=run_id, lease_epoch=lease_epoch),
                               workspace=new_ws)

@@ -56,7 +56,7 @@ def _work_dir_allowed(path: str, roots: list[str]) -> bool:
 
 
 def work_dir_syntax_error(work_dir: Any) -> str | None:
-    """What is wrong with this work_dir as text (schemas.WORK_DIR_PATTERN says the same), or None."""
+    """What is wrong with this work_dir as text (schemas_in.WORK_DIR_PATTERN says the same), or None."""
     if not isinstance(work_dir, str) or not work_dir.strip():
         return "workDir must be a non-blank absolute path to an existing directory"
     if not work_dir.startswith("/"):
