@@ -5,7 +5,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..models import Action, ActionStatus, Run
+from ..models import Action, ActionStatus, Run, RunStatus, WorkspaceMode
 from .. import rules
 from ..clock import iso_ms
 from . import common
@@ -38,10 +38,10 @@ def integration_set_workspace(*, action_id: str | None, run_id: str, owner_boot_
         if lease is None or not isinstance(workspace, dict):
             return None
         n = Action.objects.filter(pk=lease.action.pk, status=ActionStatus.RUNNING, current_run_id=run_id,
-                                  lease_epoch=lease_epoch).update(workspace=workspace, workspace_mode="integrate")
+                                  lease_epoch=lease_epoch).update(workspace=workspace, workspace_mode=WorkspaceMode.INTEGRATE)
         if n != 1:
             return None
-        lease.action.workspace, lease.action.workspace_mode = workspace, "integrate"
+        lease.action.workspace, lease.action.workspace_mode = workspace, WorkspaceMode.INTEGRATE
         return lease.action
 
 
@@ -57,7 +57,7 @@ def integration_acquire(*, action_id: str | None, run_id: str, owner_boot_id: st
         action = lease.action
         ws = action.workspace if isinstance(action.workspace, dict) else None
         integ = ws.get("integration") if ws else None
-        if action.workspace_mode != "integrate" or not isinstance(integ, dict) or integ.get("status") != "prepared":
+        if action.workspace_mode != WorkspaceMode.INTEGRATE or not isinstance(integ, dict) or integ.get("status") != "prepared":
             return None
         ms = max(MIN_RESERVATION_MS, int(reservation_ms or DEFAULT_RESERVATION_MS))
         expires = now + timedelta(milliseconds=ms)
@@ -70,7 +70,7 @@ def integration_acquire(*, action_id: str | None, run_id: str, owner_boot_id: st
         common.guarded_update(Action.objects.filter(pk=action.pk, current_run_id=run_id, lease_epoch=lease_epoch),
                               workspace=new_ws)
         # the reservation renews the lease: the page's "no heartbeat" clock restarts with it
-        common.guarded_update(Run.objects.filter(pk=run_id, status="running"), expires_at=expires, renewed_at=now)
+        common.guarded_update(Run.objects.filter(pk=run_id, status=RunStatus.RUNNING), expires_at=expires, renewed_at=now)
         action.workspace = new_ws
         return Reservation(action=action, token=token, expires_at=expires)
 
@@ -107,8 +107,8 @@ def _settle(action_id, run_id, owner_boot_id, lease_epoch, token, workspace, now
         if lease is None or not _reservation_matches(lease.action, run_id, owner_boot_id, lease_epoch, token, now):
             return None
         n = Action.objects.filter(pk=lease.action.pk, current_run_id=run_id, lease_epoch=lease_epoch).update(
-            workspace=workspace, workspace_mode="integrate")
+            workspace=workspace, workspace_mode=WorkspaceMode.INTEGRATE)
         if n != 1:
             return None
-        lease.action.workspace, lease.action.workspace_mode = workspace, "integrate"
+        lease.action.workspace, lease.action.workspace_mode = workspace, WorkspaceMode.INTEGRATE
         return lease.action

@@ -139,11 +139,11 @@ def _fenced_submission(cur, run_id: str, owner_boot_id: str, lease_epoch: int, r
         raise StaleRun(reason, extra={"run_id": run_id})
     new_snapshot = None
     snapshot = item.workflow_snapshot or {}
-    if sub["outcome"] == "completed" and action.type == ActionType.TRIAGE and snapshot.get("planning_mode") == "ai":
+    if sub["outcome"] == RunStatus.COMPLETED and action.type == ActionType.TRIAGE and snapshot.get("planning_mode") == "ai":
         try:
             new_snapshot = planning.apply_triage_plan(snapshot, sub["plan"])
         except PlanError as exc:
-            sub["outcome"], sub["error"] = "failed", str(exc)
+            sub["outcome"], sub["error"] = RunStatus.FAILED, str(exc)
     return lease, sub, new_snapshot
 
 
@@ -165,7 +165,7 @@ def _record_outcome(w: db.Writes, run: Run, sub: dict, lease_epoch: int, now: da
 def _apply_contract(w: db.Writes, item: WorkItem, action: Action, sub: dict, new_snapshot: dict | None) -> None:
     """A completed triage's contract patch (a new revision) and planned snapshot (§7.4-§7.5)."""
     values: dict = {}
-    patch = sub["contract_patch"] if (sub["outcome"] == "completed" and action.type == ActionType.TRIAGE) else None
+    patch = sub["contract_patch"] if (sub["outcome"] == RunStatus.COMPLETED and action.type == ActionType.TRIAGE) else None
     if patch:
         for name in ("goal", "acceptance_criteria"):
             if name in patch:
@@ -184,11 +184,11 @@ def _apply_contract(w: db.Writes, item: WorkItem, action: Action, sub: dict, new
 
 def _finish_action(w: db.Writes, action: Action, run: Run, outcome: str, mode: str, now: datetime) -> str:
     """The action's new status (§7.3), written guarded on its running run; returns it."""
-    if outcome == "completed":
+    if outcome == RunStatus.COMPLETED:
         status = ActionStatus.COMPLETED
-    elif outcome == "waiting":
+    elif outcome == RunStatus.WAITING:
         status = ActionStatus.WAITING if mode == ExecutionMode.GRAPH else ActionStatus.COMPLETED
-    elif outcome == "retryable":
+    elif outcome == RunStatus.RETRYABLE:
         status = ActionStatus.READY if _retry_state(action) else ActionStatus.FAILED
     else:
         status = ActionStatus.FAILED
@@ -248,9 +248,9 @@ def _advance_linear(w: db.Writes, lease: rules.Lease, sub: dict, guard: tuple[st
     w.update(WorkItem, item.pk, values, guard[0], guard[1])
     for k, v in values.items():
         setattr(item, k, v)
-    if outcome == "completed" and status == WorkItemStatus.DONE:
+    if outcome == RunStatus.COMPLETED and status == WorkItemStatus.DONE:
         event_type, data = EventType.WORK_ITEM_COMPLETED, {"summary": sub["summary"]}
-    elif outcome == "completed":
+    elif outcome == RunStatus.COMPLETED:
         nxt = Action.objects.filter(pk=current).values_list("type", flat=True).first()
         data = {"next_action_type": nxt, "review_decision": sub["review_decision"]}
     graph.sync_claimable(item, writes=w)
@@ -258,12 +258,12 @@ def _advance_linear(w: db.Writes, lease: rules.Lease, sub: dict, guard: tuple[st
 
 
 def _event_for(outcome: str, action: Action, run: Run, sub: dict, mode: str) -> tuple[str, dict]:
-    if outcome == "waiting":
+    if outcome == RunStatus.WAITING:
         return EventType.ACTION_WAITING, {"reason": sub["waiting_reason"]}
-    if outcome == "retryable":
+    if outcome == RunStatus.RETRYABLE:
         kind = EventType.ACTION_RETRY_SCHEDULED if action.status == ActionStatus.READY else EventType.ACTION_RETRY_EXHAUSTED
         return kind, {"attempt": action.attempt, "max_attempts": action.max_attempts, "error": sub["error"]}
-    if outcome == "failed":
+    if outcome == RunStatus.FAILED:
         return EventType.ACTION_FAILED, {"error": sub["error"]}
     return EventType.ACTION_COMPLETED, {}
 
@@ -272,9 +272,9 @@ def _linear_next(item: WorkItem, action: Action, run: Run, sub: dict, now: datet
     """The item's next (status, current action id) after a linear submission; a completed
     stage with a next stage inserts that stage's action."""
     outcome = sub["outcome"]
-    if outcome == "waiting":
+    if outcome == RunStatus.WAITING:
         return WorkItemStatus.WAITING, action.pk
-    if outcome in ("retryable", "failed"):
+    if outcome in (RunStatus.RETRYABLE, RunStatus.FAILED):
         return (WorkItemStatus.READY if action.status == ActionStatus.READY else WorkItemStatus.NEEDS_ATTENTION), action.pk
     next_id = workflows.next_stage_id(item.workflow_snapshot, action.effective_stage_id, action.type,
                                       sub["review_decision"])
