@@ -50,7 +50,12 @@ def redis_host(url: str) -> dict:
     if timeout is None or timeout < BLOCKING_RECEIVE + MARGIN:
         timeout = SOCKET_TIMEOUT
     kept = [(k, v) for k, v in query if k != "socket_timeout"]
-    host = {"address": urlunsplit(parts._replace(query=urlencode(kept))), "socket_timeout": timeout}
+    address = urlunsplit(parts._replace(query=urlencode(kept)))
+    if parts.scheme and not parts.netloc and url[len(parts.scheme) + 1:].startswith("//"):
+        # urlunsplit writes `unix:///run/redis.sock` as `unix:/run/redis.sock` (no authority), which
+        # redis-py 8.2 refuses: it wants the `scheme://` the URL was given with
+        address = f"{parts.scheme}://{address[len(parts.scheme) + 1:]}"
+    host = {"address": address, "socket_timeout": timeout}
     names = {k for k, _ in kept}
     if "socket_connect_timeout" not in names:
         host["socket_connect_timeout"] = CONNECT_TIMEOUT
