@@ -19,18 +19,23 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.responses import Status
 
+from . import overview as overview_figures
 from . import render, selectors, services
 from .auth import CHANGE, DEFINE_WORKFLOWS, RUN_ACTIONS, VIEW, actor_of, api_auth
 from .errors import BadRequest, InvalidInput, StaleRun, WorkcenterError
+from .services import bulk
 from .services.normalize import UNSTORABLE
 from .schemas import (
     ActionResultOut,
+    BulkOut,
+    BulkPreviewOut,
     ClaimOut,
     DetailView,
     ErrorOut,
     EventPageOut,
     GraphOut,
     InterruptOut,
+    OverviewOut,
     RecoveryOut,
     RenewOut,
     ReservationOut,
@@ -41,6 +46,8 @@ from .schemas import (
     WorkItemListOut,
 )
 from .schemas_in import (
+    BulkIn,
+    BulkPreviewIn,
     ClaimIn,
     CreateWorkItemIn,
     EventsQuery,
@@ -279,10 +286,40 @@ def _detail_response(item_id: str, status: int = 200) -> HttpResponse:
 
 @items.get("/work-items", response={200: WorkItemListOut, **ERRORS}, auth=api_auth(VIEW))
 def work_item_list(request, filters: Query[WorkItemListQuery]):
-    """Items newest `updated_at` first; `count` counts every match, not just this page."""
-    page, total = selectors.work_item_list(status=filters.status, session_id=filters.session_id,
-                                           search=filters.search, limit=filters.limit)
-    return {"items": page, "count": total}
+    """One page of items in `sort` order (default newest `updated_at` first), from `cursor`;
+    `count` counts every match, `counts` the matches by status (status filter ignored),
+    `next_cursor` pages on (null on the last page)."""
+    return selectors.work_item_list(status=filters.status, session_id=filters.session_id, search=filters.search,
+                                    limit=filters.limit, sort=filters.sort, cursor=filters.cursor)
+
+
+@items.get("/overview", response={200: OverviewOut, **ERRORS}, auth=api_auth(VIEW))
+def overview(request):
+    """Running actions, waiting items and the longest wait, items needing attention, what finished
+    in the last 24 hours (per hour for actions) and the items by status."""
+    return overview_figures.overview()
+
+
+@items.post("/work-items/bulk-preview", response={200: BulkPreviewOut, **ERRORS, 413: ErrorOut},
+            auth=api_auth(CHANGE))
+def work_items_bulk_preview(request, payload: BulkPreviewIn):
+    """What a bulk retry or cancel would do to each item now, one row per id in their order.
+    Writes nothing."""
+    return bulk.work_items_bulk_preview(operation=payload.operation, ids=payload.ids)
+
+
+@items.post("/work-items/bulk", response={200: BulkOut, **ERRORS, 413: ErrorOut}, auth=api_auth(CHANGE))
+def work_items_bulk(request, payload: BulkIn):
+    """Retry or cancel each item in its own transaction, fenced by the revision the preview
+    showed: a row that changed meanwhile is refused alone (revision_conflict). The reason is
+    kept in each row's event."""
+    out = bulk.work_items_bulk_apply(operation=payload.operation, ids=payload.ids, reason=payload.reason,
+                          expected_revisions=payload.expected_revisions, answer=payload.answer,
+                          actor=actor_of(request))
+    summaries = selectors.work_item_summaries([r["id"] for r in out["results"] if r["ok"]])
+    for result in out["results"]:
+        result["work_item"] = summaries.get(result["id"]) if result["ok"] else None
+    return out
 
 
 @items.post("/work-items", response={201: WorkItemDetailOut, **ITEM_BODY_ERRORS}, auth=api_auth(CHANGE))

@@ -80,6 +80,11 @@ class GuidanceAdded(Payload):
 
 class WorkItemRetried(Payload):
     target_stage_id: str | None = None  # graph only; a linear retry writes `{}`
+    reason: str | None = None  # a bulk retry's reason (services/bulk.py); a single retry writes none
+
+
+class WorkItemCancelled(Payload):
+    reason: str | None = None  # a bulk cancel's reason (services/bulk.py); a single cancel writes `{}`
 
 
 class RunClaimed(Payload):
@@ -163,7 +168,7 @@ PAYLOADS: dict[EventType, type[BaseModel]] = {
     EventType.WORK_ITEM_STARTED: Empty,
     EventType.WORK_ITEM_UPDATED: RevisionChange,
     EventType.WORKFLOW_RETRIAGED: RevisionChange,
-    EventType.WORK_ITEM_CANCELLED: Empty,
+    EventType.WORK_ITEM_CANCELLED: WorkItemCancelled,
     EventType.ACTION_GUIDANCE_ADDED: GuidanceAdded,
     EventType.WORK_ITEM_RETRIED: WorkItemRetried,
     EventType.RUN_CLAIMED: RunClaimed,

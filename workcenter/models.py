@@ -49,7 +49,13 @@ class WorkItem(models.Model):
     updated_at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["status", "-updated_at"], name="wc_item_status_updated")]
+        # the list's keyset pages (selectors.work_item_page): each sort reads one of these in its
+        # order (the `_asc` sorts scan it backwards), the status sort and filter the third one
+        indexes = [
+            models.Index(fields=["status", "-updated_at", "id"], name="wc_item_status_updated_id"),
+            models.Index(fields=["-updated_at", "id"], name="wc_item_updated"),
+            models.Index(fields=["-created_at", "id"], name="wc_item_created"),
+        ]
         permissions = [
             ("run_actions", "Can run actions through the worker protocol"),
             ("define_workflows", "Can create work items with an explicit workflow (trusted producer)"),
@@ -176,7 +182,11 @@ class Event(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["work_item", "id"], name="wc_event_item")]
+        indexes = [
+            models.Index(fields=["work_item", "id"], name="wc_event_item"),
+            # the overview's per-hour counts of one type over a time range (overview.overview)
+            models.Index(fields=["type", "created_at"], name="wc_event_type_created"),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.id} {self.type}"

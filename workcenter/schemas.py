@@ -195,9 +195,90 @@ class WorkItemSummaryOut(_WorkItemHead):
     workspace_key: str = ""
 
 
+class StatusCountsOut(Schema):
+    draft: int
+    ready: int
+    running: int
+    waiting: int
+    needs_attention: int
+    done: int
+    cancelled: int
+
+
 class WorkItemListOut(Schema):
     items: list[WorkItemSummaryOut]
-    count: int
+    count: int = Field(..., description="every item matching the filters (status included), not just this page")
+    counts: StatusCountsOut = Field(..., description="items matching search and session_id by status, the status "
+                                                     "filter ignored")
+    next_cursor: Optional[str] = Field(None, description="`cursor` of the next page; null on the last page")
+
+
+# --- overview and bulk operations ---------------------------------------------------------------
+
+IsoTimestamp = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time",
+                                              "example": "2026-12-02T12:00:00.123Z"})]
+
+
+class ItemRefOut(Schema):
+    id: str
+    title: str
+
+
+class OverviewOut(Schema):
+    running: int = Field(..., description="actions with status running")
+    waiting: int = Field(..., description="work items with status waiting")
+    oldest_wait_since: Optional[IsoTimestamp] = Field(
+        None, description="since when the longest-waiting item waits: its latest action.waiting event "
+                          "(its updated_at when it has none)")
+    oldest_wait_item: Optional[ItemRefOut] = None
+    needs_attention: int
+    finished_24h: int = Field(..., description="work items that reached done in the last 24 hours")
+    actions_finished_per_hour: list[int] = Field(
+        ..., min_length=24, max_length=24,
+        description="action.completed events per hour, oldest first from hours_from; the last is the current hour")
+    hours_from: IsoTimestamp
+    counts: StatusCountsOut
+    generated_at: IsoTimestamp
+
+
+class RunStopOut(Schema):
+    run_id: str
+    action_id: str
+    stage_id: str
+    owner_boot_id: str
+    lease_epoch: int
+
+
+class BulkPreviewRowOut(Schema):
+    id: str
+    title: Optional[str] = None
+    status: Optional[str] = None
+    revision: Optional[int] = Field(None, description="send it back in expected_revisions")
+    allowed: bool
+    code: Optional[str] = Field(None, description="why not allowed: not_found, invalid_state, reservation_active, …")
+    message: Optional[str] = Field(None, description="in words: what the operation would do, or why not")
+    reset_stage_ids: list[str]
+    reset_action_ids: list[str]
+    new_action: bool
+    stops: list[RunStopOut] = Field(..., description="the running runs the operation would stop or supersede")
+
+
+class BulkPreviewOut(Schema):
+    operation: str
+    rows: list[BulkPreviewRowOut]
+
+
+class BulkResultOut(Schema):
+    id: str
+    ok: bool
+    code: Optional[str] = None
+    message: Optional[str] = None
+    work_item: Optional[WorkItemSummaryOut] = None
+
+
+class BulkOut(Schema):
+    operation: str
+    results: list[BulkResultOut]
 
 
 class WorkItemDetailOut(_WorkItemHead):

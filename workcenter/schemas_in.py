@@ -28,9 +28,8 @@ from typing_extensions import TypeAliasType
 
 from .constants import COUNTER_FIELDS, MAX_INT32, MAX_INT64
 from .choices import RunStatus, WorkItemStatus
+from .selectors import LIST_SORTS
 from .services.normalize import COUNTER_KEYS, OUTCOMES
-
-WorkItemStatusName = Literal[tuple(WorkItemStatus.values)]
 
 # Every input rule below is written twice, once for the server and once for the OpenAPI document,
 # from the same constants, so that the document states exactly what the server refuses: unknown
@@ -240,11 +239,35 @@ class GuidanceIn(InputSchema):
 
 
 # Query strings are text on the wire: their integers are parsed from it (`?limit=true` is 422).
+_STATUS_NAMES = "|".join(WorkItemStatus.values)
+STATUS_LIST_PATTERN = rf"^(?:{_STATUS_NAMES})(?:,(?:{_STATUS_NAMES}))*$"
+MAX_CURSOR = 1000
+CursorText = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_CURSOR, pattern=r"^[A-Za-z0-9_-]+$")]
+
+
+def _status_list(value: Any) -> Any:
+    if isinstance(value, str) and any(part not in WorkItemStatus.values for part in value.split(",")):
+        raise ValueError(f"must be one of {', '.join(WorkItemStatus.values)}, or several of them comma-separated")
+    return value
+
+
+StatusList = Annotated[str, Strict(), AfterValidator(_status_list), WithJsonSchema(
+    {"type": "string", "pattern": STATUS_LIST_PATTERN,
+     "description": "one status, or several comma-separated (e.g. `waiting,needs_attention`)"})]
+
+
 class WorkItemListQuery(Schema):
-    status: Optional[WorkItemStatusName] = None
+    status: Optional[StatusList] = None
     search: Optional[Text] = None
     session_id: Optional[Text] = None
     limit: int = Field(100, ge=1, le=500)
+    sort: Literal[LIST_SORTS] = Field("updated", description=(
+        "updated: updated_at newest first (ties: id ascending); updated_asc: the reverse; created: created_at "
+        "newest first; created_asc: oldest first (by age); status: needs_attention, waiting, running, ready, "
+        "draft, done, cancelled, each newest updated_at first"))
+    cursor: Optional[CursorText] = Field(None, description=(
+        "next_cursor of the previous page (same sort and filters); a malformed cursor or one made for another sort "
+        "is refused with 422 naming cursor"))
 
 
 class EventsQuery(Schema):
@@ -395,3 +418,30 @@ class IntegrationFinishIn(_Fence):
 
 class IntegrationRollbackIn(_Fence):
     token: Text
+
+
+# --- bulk retry / cancel (API.md "bulk") ---------------------------------------------------------
+
+MAX_BULK_IDS = 200
+BulkOperation = Literal["retry", "cancel"]
+BulkId = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_ITEM_ID, pattern=NO_NUL_PATTERN,
+                                        description=_TEXT_DOC)]
+BulkIds = Annotated[list[BulkId], Field(min_length=1, max_length=MAX_BULK_IDS, json_schema_extra={"uniqueItems": True},
+                                        description=f"1 to {MAX_BULK_IDS} distinct work item ids; rows answer in "
+                                                    "this order")]
+
+
+class BulkPreviewIn(InputSchema):
+    operation: BulkOperation
+    ids: BulkIds
+
+
+class BulkIn(InputSchema):
+    operation: BulkOperation
+    ids: BulkIds
+    reason: NonBlankText = Field(..., description="why: recorded with each row's event (`reason` in its data)")
+    expected_revisions: Annotated[dict[Text, Int32], _KeysWithoutNul()] = Field(
+        ..., description="{id: revision} for every id: the revision the preview showed; a row whose item has "
+                         "another revision now is refused alone (revision_conflict) and nothing is done to it")
+    answer: Optional[AnswerText] = Field(None, description="retry: the answer given to every waiting item "
+                                                           "(required to resume one); ignored for the others")

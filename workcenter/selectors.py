@@ -1,14 +1,18 @@
 """Reads (DOMAIN §12.10): lists, details, events, execution statistics."""
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import json
 import re
+from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import Max, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, Max, OuterRef, Q, Subquery, Sum
 
 from . import clock, db, rules
-from .errors import NotFound
+from .errors import InvalidInput, NotFound
 from .events import EVENT_ORDER_LOCK, stream_read
 from .models import (
     COUNTER_FIELDS,
@@ -41,29 +45,133 @@ def _stats_from(row: dict, prefix: str = "") -> dict:
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.:@-]+")
 
 
+# --- the work-item list (API.md "GET /work-items"): keyset pages over 10 000s of items ------------
+
+LIST_SORTS = ("updated", "updated_asc", "created", "created_asc", "status")
+# sort=status: the statuses that need someone first, then the active ones, then the finished ones
+ATTENTION_ORDER = (WorkItemStatus.NEEDS_ATTENTION, WorkItemStatus.WAITING, WorkItemStatus.RUNNING,
+                   WorkItemStatus.READY, WorkItemStatus.DRAFT, WorkItemStatus.DONE, WorkItemStatus.CANCELLED)
+# sort ⇒ (timestamp field, newest first?). Newest first breaks ties by id ascending, oldest first
+# by id descending: each is one direction of the same index (wc_item_updated, wc_item_created).
+_SORT_FIELD = {"updated": ("updated_at", True), "updated_asc": ("updated_at", False),
+               "created": ("created_at", True), "created_asc": ("created_at", False),
+               "status": ("updated_at", True)}
+
+
+def parse_statuses(value: str | None) -> list[str]:
+    """`status` of the list: one status or a comma-separated list ⇒ the distinct statuses, in
+    order; an unknown one ⇒ InvalidInput naming `status`."""
+    if value is None or value == "":
+        return []
+    out: list[str] = []
+    for part in value.split(","):
+        if part not in WorkItemStatus.values:
+            raise InvalidInput(f"status must be one of {', '.join(WorkItemStatus.values)} (or several, "
+                               f"comma-separated): {part!r}", fields=["status"])
+        if part not in out:
+            out.append(part)
+    return out
+
+
+def _bad_cursor(why: str) -> InvalidInput:
+    return InvalidInput(f"cursor {why}; start again without it", fields=["cursor"])
+
+
+def encode_cursor(sort: str, item: WorkItem) -> str:
+    """The opaque position after `item` in `sort`'s order: its sort key(s) and id."""
+    field, _desc = _SORT_FIELD[sort]
+    key = [sort, item.status if sort == "status" else None, getattr(item, field).isoformat(), item.pk]
+    return base64.urlsafe_b64encode(json.dumps(key, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, sort: str) -> tuple[str | None, datetime, str]:
+    """(status, timestamp, id) of a cursor made for `sort`; InvalidInput naming `cursor` otherwise."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        made_for, status, stamp, item_id = json.loads(raw.decode("utf-8"))
+        when = datetime.fromisoformat(stamp)
+    except (ValueError, TypeError, UnicodeDecodeError, binascii.Error):
+        raise _bad_cursor("is malformed (not one a previous page returned)") from None
+    if made_for != sort:
+        raise _bad_cursor(f"was made for sort={made_for} and cannot page sort={sort}")
+    if (not isinstance(item_id, str) or when.tzinfo is None
+            or (sort == "status") != (status in WorkItemStatus.values)):
+        raise _bad_cursor("is malformed (not one a previous page returned)")
+    return status, when, item_id
+
+
+def _after(qs, field: str, desc: bool, when: datetime, item_id: str):
+    """Rows after (when, id) in the order (field desc, id asc) or (field asc, id desc). The bound
+    on `field` alone lets the index range start at the cursor (no OFFSET, no scan before it)."""
+    if desc:
+        return qs.filter(Q(**{f"{field}__lte": when}), Q(**{f"{field}__lt": when}) | Q(pk__gt=item_id))
+    return qs.filter(Q(**{f"{field}__gte": when}), Q(**{f"{field}__gt": when}) | Q(pk__lt=item_id))
+
+
+def _ordered(qs, field: str, desc: bool):
+    return qs.order_by(f"-{field}", "pk") if desc else qs.order_by(field, "-pk")
+
+
+def _session_ids(qs, session_id: str) -> list[str]:
+    """Ids of the items whose origin.session_id is `session_id` or whose linked_session_ids hold
+    it: an exact match checked in Python (portable across SQLite and PostgreSQL); a plain id first
+    narrows the rows in SQL by substring, which JSON escaping cannot hide for such ids."""
+    if _PLAIN_ID.fullmatch(session_id):
+        qs = qs.filter(Q(origin__session_id=session_id) | Q(linked_session_ids__icontains=session_id))
+    return [pk for pk, origin, linked in qs.values_list("pk", "origin", "linked_session_ids")
+            if (origin or {}).get("session_id") == session_id or session_id in (linked or [])]
+
+
 def work_item_list(*, status: str | None = None, session_id: str | None = None, search: str | None = None,
-                   limit=None) -> tuple[list[WorkItem], int]:
-    """Items newest `updated_at` first with execution stats; returns (page, total matching)."""
-    qs = WorkItem.objects.all()
-    if status:
-        qs = qs.filter(status=status)
+                   limit=None, sort: str = "updated", cursor: str | None = None) -> dict:
+    """One keyset page of items with summary fields: {items, count, counts, next_cursor}.
+
+    `count`: every match (status filter included); `counts`: {status: n} of the matches of
+    search/session_id for all seven statuses (status filter ignored), one GROUP BY. Paging
+    follows the sort's order (sort key(s), then id) from `cursor`, never an OFFSET."""
+    if sort not in LIST_SORTS:
+        raise InvalidInput(f"sort must be one of {', '.join(LIST_SORTS)}", fields=["sort"])
+    statuses = parse_statuses(status)
+    position = decode_cursor(cursor, sort) if cursor else None
+    size = clamp_limit(limit)
+    base = WorkItem.objects.all()
     if search:
-        qs = qs.filter(Q(title__icontains=search) | Q(goal__icontains=search))
-    items = qs.order_by("-updated_at", "pk")
+        base = base.filter(Q(title__icontains=search) | Q(goal__icontains=search))
     if session_id:
-        # exact match on origin.session_id or an element of linked_session_ids, checked in Python
-        # (portable across SQLite and PostgreSQL); a plain id first narrows the rows in SQL by
-        # substring, which JSON escaping cannot hide for such ids
-        if _PLAIN_ID.fullmatch(session_id):
-            items = items.filter(Q(origin__session_id=session_id) | Q(linked_session_ids__icontains=session_id))
-        matched = [i for i in items if (i.origin or {}).get("session_id") == session_id
-                   or session_id in (i.linked_session_ids or [])]
-        total = len(matched)
-        page = matched[: clamp_limit(limit)]
+        base = WorkItem.objects.filter(pk__in=_session_ids(base, session_id))
+    counts = dict.fromkeys(WorkItemStatus.values, 0)
+    for row_status, n in base.order_by().values_list("status").annotate(n=Count("pk")).values_list("status", "n"):
+        counts[row_status] = int(n)
+    count = sum(counts[s] for s in statuses) if statuses else sum(counts.values())
+    field, desc = _SORT_FIELD[sort]
+    if sort == "status":
+        page = _status_page(base, statuses, position, size + 1)
     else:
-        total = items.count()
-        page = list(items[: clamp_limit(limit)])
-    return _with_summary_fields(page), total
+        qs = base.filter(status__in=statuses) if statuses else base
+        if position is not None:
+            qs = _after(qs, field, desc, position[1], position[2])
+        page = list(_ordered(qs, field, desc)[: size + 1])
+    more = len(page) > size
+    page = page[:size]
+    return {"items": _with_summary_fields(page), "count": count, "counts": counts,
+            "next_cursor": encode_cursor(sort, page[-1]) if more else None}
+
+
+def _status_page(base, statuses: list[str], position, want: int) -> list[WorkItem]:
+    """sort=status: the statuses in ATTENTION_ORDER one after another, each newest `updated_at`
+    first (index wc_item_status_updated_id), from the cursor's status on, until `want` rows."""
+    order = [s for s in ATTENTION_ORDER if not statuses or s in statuses]
+    if position is not None:
+        order = order[order.index(position[0]):] if position[0] in order else []
+    page: list[WorkItem] = []
+    for s in order:
+        qs = base.filter(status=s)
+        if position is not None and s == position[0]:
+            qs = _after(qs, "updated_at", True, position[1], position[2])
+        page += list(_ordered(qs, "updated_at", True)[: want - len(page)])
+        if len(page) >= want:
+            break
+    return page
 
 
 def _with_summary_fields(page: list[WorkItem]) -> list[WorkItem]:

@@ -302,14 +302,37 @@ def work_item_update(
         return item
 
 
-def work_item_cancel(*, item_id: str, actor: str = "system", now: datetime | None = None) -> WorkItem:
-    """Any non-terminal status → cancelled; open actions and running runs cancelled (DOMAIN §8.4)."""
+def _check_revision(item: WorkItem, expected_revision: int | None) -> None:
+    """The revision fence of a caller that saw the item at `expected_revision` (the bulk
+    operations): checked under the item lock, in the transaction that then writes."""
+    if expected_revision is not None and expected_revision != item.revision:
+        raise RevisionConflict(
+            f"WorkItem revision changed: expected {expected_revision}, current {item.revision}",
+            extra={"revision": item.revision, "expected_revision": expected_revision},
+        )
+
+
+def _with_reason(data: dict, reason: str | None) -> dict:
+    return {**data, "reason": reason} if reason is not None else data
+
+
+def work_item_cancel(*, item_id: str, actor: str = "system", now: datetime | None = None,
+                     expected_revision: int | None = None, reason: str | None = None,
+                     refuse_cancelled: bool = False) -> WorkItem:
+    """Any non-terminal status → cancelled; open actions and running runs cancelled (DOMAIN §8.4).
+
+    `expected_revision`: refuse (revision_conflict) unless the item still has it; `reason`: kept
+    in the event's data; `refuse_cancelled`: an already cancelled item is invalid_state instead
+    of an unchanged success."""
     with store_transaction():
         now = resolve_now(now)
         item = common.lock_item(item_id)
+        _check_revision(item, expected_revision)
         if item.status == WorkItemStatus.DONE:
             raise InvalidState("Completed WorkItem cannot be cancelled")
         if item.status == WorkItemStatus.CANCELLED:
+            if refuse_cancelled:
+                raise InvalidState("WorkItem is already cancelled")
             return item
         common.refuse_if_reserved(_open_actions(item), now)
         guard = _status_guard(item, item.status)
@@ -317,7 +340,8 @@ def work_item_cancel(*, item_id: str, actor: str = "system", now: datetime | Non
                     reason=rules.REASON_CANCELLED)
         common.save_item_state(item, now, status=WorkItemStatus.CANCELLED, current_action_id=None, guard=guard)
         graph.sync_claimable(item)
-        event_append(work_item_id=item.pk, type=EventType.WORK_ITEM_CANCELLED, data={}, actor=actor, now=now)
+        event_append(work_item_id=item.pk, type=EventType.WORK_ITEM_CANCELLED, data=_with_reason({}, reason),
+                     actor=actor, now=now)
         return item
 
 
@@ -509,18 +533,26 @@ def _answers_retry(item: WorkItem, answers: dict[str, str], now: datetime, actor
 
 
 def work_item_retry(*, item_id: str, answer: Any = None, answers: Any = None, actor: str = "system",
-                    now: datetime | None = None) -> WorkItem:
+                    now: datetime | None = None, expected_revision: int | None = None, reason: str | None = None,
+                    answer_for_waiting_only: bool = False) -> WorkItem:
     """waiting/needs_attention → ready (DOMAIN §8.6): linear inserts a replacement action; graph
     resets the blocked stage in place with every dependant and running sibling.
 
     `answers` ([{action_id, answer}], instead of `answer`): one answer per waiting stage. A graph
     item resets every named stage (and its current action) in place in this one transaction,
-    each with its own answer; a linear item takes it for its current action only, as `answer`."""
+    each with its own answer; a linear item takes it for its current action only, as `answer`.
+
+    The bulk form: `expected_revision` refuses (revision_conflict) unless the item still has it,
+    `reason` is kept in the event's data, `answer_for_waiting_only` drops `answer` unless the item
+    (as locked here) is waiting."""
     if answers is not None and answer is not None:
         raise InvalidInput("give either answer or answers, not both", fields=["answer", "answers"])
     with store_transaction():
         now = resolve_now(now)
         item = common.lock_item(item_id)
+        _check_revision(item, expected_revision)
+        if answer_for_waiting_only and item.status != WorkItemStatus.WAITING:
+            answer = None
         if answers is not None:
             # after the status: an item that needs no retry says so whatever the answers
             _refuse_unless_retryable(item)
@@ -540,7 +572,8 @@ def work_item_retry(*, item_id: str, answer: Any = None, answers: Any = None, ac
             data = {}
         common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=target.pk, guard=guard)
         graph.sync_claimable(item)
-        event_append(work_item_id=item.pk, type=EventType.WORK_ITEM_RETRIED, data=data, action_id=target.pk, actor=actor, now=now)
+        event_append(work_item_id=item.pk, type=EventType.WORK_ITEM_RETRIED, data=_with_reason(data, reason),
+                     action_id=target.pk, actor=actor, now=now)
         return item
 
 

@@ -14,6 +14,8 @@ through SCHEMATHESIS_HOOKS.
   - `work_dir` names a directory that exists, inside the allowed roots: which directories do is
     server state, like which ids exist (API.md §2: 422 mentioning workDir);
   - `answer` is required to retry a waiting item, optional otherwise (API.md §2: 422);
+  - a list `cursor` is a token an earlier page returned, and a bulk request's
+    `expected_revisions` must name exactly its `ids` (a cross-field rule);
   - a trusted caller's `workflow` obeys cross-stage rules (stage ids unique once normalised, a
     review returning to an earlier editable stage) that JSON Schema cannot express.
   Every other refusal of a schema-valid request still fails the run.
@@ -40,6 +42,10 @@ STATE_DEPENDENT = {
     # which stages an item waits on is server state: a generated action id is rarely one of them
     ("POST /api/v1/work-items/{item_id}/retry", "answers"): "",
     ("GET /api/v1/work-items/{item_id}/retry-preview", "action_id"): "",
+    # a cursor is a token an earlier page returned: a generated one is almost never such a token
+    ("GET /api/v1/work-items", "cursor"): "cursor ",
+    # a bulk request's revisions must name exactly its ids (a cross-field rule)
+    ("POST /api/v1/work-items/bulk", "expected_revisions"): "expected_revisions",
 }
 
 

@@ -1,0 +1,208 @@
+"""POST /work-items/bulk-preview and /work-items/bulk: many retries or cancels, each row fenced by
+the revision the preview showed and applied in its own transaction."""
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import Clock, Store, item_snapshot, make_graph
+from tests.workcenter.api.support import error_of
+from workcenter import services
+from workcenter.models import Action, Event, Run, WorkItem
+
+pytestmark = pytest.mark.django_db
+
+
+def _failed_graph(api, store, title="Broken"):
+    """needs_attention: stage a failed (b depends on it) while sibling c still runs."""
+    item = make_graph(store, [{"id": "a", "max_attempts": 1}, {"id": "b", "deps": ["a"]}, {"id": "c"}], title=title)
+    claims = {}
+    while len(claims) < 2:
+        c = api.claim()
+        claims[c["action"]["stage_id"]] = c
+    api.submit(claims["a"], outcome="failed", error="crashed")
+    assert WorkItem.objects.get(pk=item.pk).status == "needs_attention"
+    return item, claims["c"]
+
+
+def _waiting_linear(api, title="Asks"):
+    item = api.create(title=title)
+    api.submit(api.claim(), outcome="waiting", waiting_reason="Which database?")
+    return item["id"]
+
+
+def _preview(api, operation, ids):
+    r = api.post("/work-items/bulk-preview", {"operation": operation, "ids": ids})
+    assert r.status_code == 200, r.content
+    body = r.json()
+    assert body["operation"] == operation and [row["id"] for row in body["rows"]] == ids
+    return {row["id"]: row for row in body["rows"]}
+
+
+def _apply(api, operation, rows, reason="tidy up", **extra):
+    body = {"operation": operation, "ids": list(rows), "reason": reason,
+            "expected_revisions": {i: (r["revision"] if r["revision"] is not None else 1) for i, r in rows.items()},
+            **extra}
+    r = api.post("/work-items/bulk", body)
+    assert r.status_code == 200, r.content
+    out = r.json()
+    assert out["operation"] == operation and [x["id"] for x in out["results"]] == list(rows)
+    return {x["id"]: x for x in out["results"]}
+
+
+def _everything():
+    return [item_snapshot(pk) for pk in WorkItem.objects.order_by("pk").values_list("pk", flat=True)]
+
+
+def test_retry_preview_rows_are_the_single_retry_preview_of_each_item_and_write_nothing(api):
+    store = Store(Clock())
+    graph, sibling = _failed_graph(api, store)
+    waiting = _waiting_linear(api)
+    ready = api.create(title="Fine")["id"]
+    before = _everything()
+    ids = [graph.pk, "no-such-item", waiting, ready]
+    rows = _preview(api, "retry", ids)
+    assert _everything() == before
+    for item_id in (graph.pk, waiting):
+        single = api.get(f"/work-items/{item_id}/retry-preview").json()
+        row = rows[item_id]
+        assert row["allowed"] and row["code"] is None and row["message"]
+        assert row["reset_action_ids"] == single["reset_action_ids"]
+        assert row["new_action"] == single["new_action"]
+        assert [s["run_id"] for s in row["stops"]] == [
+            r for r in single["superseded_run_ids"] if Run.objects.get(pk=r).status == "running"]
+        item = WorkItem.objects.get(pk=item_id)
+        assert (row["title"], row["status"], row["revision"]) == (item.title, item.status, item.revision)
+    g = rows[graph.pk]
+    assert g["reset_stage_ids"] == ["a", "b", "c"] and not g["new_action"]
+    run = sibling["run"]
+    assert g["stops"] == [{"run_id": run["id"], "action_id": sibling["action"]["id"], "stage_id": "c",
+                           "owner_boot_id": run["owner_boot_id"], "lease_epoch": run["lease_epoch"]}]
+    w = rows[waiting]
+    assert w["new_action"] and w["reset_action_ids"] == [] and "answer" in w["message"]
+    assert rows["no-such-item"] == {"id": "no-such-item", "title": None, "status": None, "revision": None,
+                                    "allowed": False, "code": "not_found", "message": rows["no-such-item"]["message"],
+                                    "reset_stage_ids": [], "reset_action_ids": [], "new_action": False, "stops": []}
+    assert rows[ready]["code"] == "invalid_state" and not rows[ready]["allowed"]
+    assert "ready" in rows[ready]["message"]
+
+
+def test_cancel_preview_lists_the_runs_it_stops(api):
+    store = Store(Clock())
+    graph, sibling = _failed_graph(api, store)
+    done = make_graph(store, [{"id": "x", "status": "completed"}], status="done", title="Done")
+    gone = api.create(title="Gone")["id"]
+    api.post(f"/work-items/{gone}/cancel")
+    rows = _preview(api, "cancel", [done.pk, graph.pk, gone])
+    assert rows[graph.pk]["allowed"] and [s["run_id"] for s in rows[graph.pk]["stops"]] == [sibling["run"]["id"]]
+    assert rows[graph.pk]["reset_action_ids"] == [] and rows[graph.pk]["new_action"] is False
+    assert (rows[done.pk]["allowed"], rows[done.pk]["code"]) == (False, "invalid_state")
+    assert (rows[gone]["allowed"], rows[gone]["code"]) == (False, "invalid_state")
+
+
+def test_a_row_changed_since_the_preview_is_refused_alone_and_the_others_apply(api):
+    store = Store(Clock())
+    items = [_failed_graph(api, store, title=f"Broken {k}")[0].pk for k in range(3)]
+    rows = _preview(api, "retry", items)
+    assert all(r["allowed"] and r["revision"] == 1 for r in rows.values())
+    # meanwhile someone changes the middle item's contract: revision 1 → 2
+    services.work_item_update(item_id=items[1], patch={"goal": "Another goal"})
+    changed = item_snapshot(items[1])
+    results = _apply(api, "retry", rows, reason="the flaky runner is fixed")
+    bad = results[items[1]]
+    assert (bad["ok"], bad["code"], bad["work_item"]) == (False, "revision_conflict", None)
+    assert bad["message"] == "changed since the preview (revision 1 → 2); nothing was done to it"
+    assert item_snapshot(items[1]) == changed
+    for item_id in (items[0], items[2]):
+        res = results[item_id]
+        assert res["ok"] and res["code"] is None and res["work_item"]["status"] == "ready"
+        assert WorkItem.objects.get(pk=item_id).status == "ready"
+        ev = Event.objects.filter(work_item_id=item_id).order_by("-id")[0]
+        assert ev.type == "work_item.retried" and ev.actor == "user:alice"
+        assert ev.data == {"target_stage_id": "a", "reason": "the flaky runner is fixed"}
+        # the running sibling was superseded, as the preview said
+        assert Run.objects.get(pk=rows[item_id]["stops"][0]["run_id"]).status == "superseded"
+
+
+def test_bulk_retry_gives_waiting_items_the_answer_and_refuses_them_without_one(api):
+    store = Store(Clock())
+    waiting = _waiting_linear(api)
+    broken = _failed_graph(api, store)[0].pk
+    rows = _preview(api, "retry", [waiting, broken])
+    results = _apply(api, "retry", rows)
+    assert results[broken]["ok"]
+    assert (results[waiting]["ok"], results[waiting]["code"]) == (False, "invalid_input")
+    assert "answer" in results[waiting]["message"]
+    assert WorkItem.objects.get(pk=waiting).status == "waiting"
+    other = _failed_graph(api, store, title="Broken too")[0].pk
+    rows = _preview(api, "retry", [waiting, other])
+    results = _apply(api, "retry", rows, answer="PostgreSQL")
+    assert results[waiting]["ok"] and results[waiting]["work_item"]["status"] == "ready"
+    assert results[other]["ok"]
+    current = WorkItem.objects.get(pk=waiting).current_action_id
+    assert Action.objects.get(pk=current).context[-1]["answer"] == "PostgreSQL"
+    # the needs_attention item was not given the answer: it asked nothing
+    target = Action.objects.get(pk=WorkItem.objects.get(pk=other).current_action_id)
+    assert target.context[-1].get("answer") is None
+
+
+def test_bulk_cancel_records_the_reason_and_stops_the_runs(api):
+    store = Store(Clock())
+    graph, sibling = _failed_graph(api, store)
+    ready = api.create(title="Fine")["id"]
+    done = make_graph(store, [{"id": "x", "status": "completed"}], status="done", title="Done")
+    rows = _preview(api, "cancel", [graph.pk, ready, done.pk])
+    results = _apply(api, "cancel", rows, reason="  duplicate of another request  ")
+    assert results[graph.pk]["ok"] and results[ready]["ok"]
+    assert results[graph.pk]["work_item"]["status"] == "cancelled"
+    assert (results[done.pk]["ok"], results[done.pk]["code"]) == (False, "invalid_state")
+    assert Run.objects.get(pk=sibling["run"]["id"]).status == "cancelled"
+    for item_id in (graph.pk, ready):
+        ev = Event.objects.filter(work_item_id=item_id, type="work_item.cancelled").get()
+        assert ev.data == {"reason": "duplicate of another request"} and ev.actor == "user:alice"
+    # again: already cancelled is refused, not silently "ok"
+    again = _apply(api, "cancel", {ready: {"revision": 1}})
+    assert (again[ready]["ok"], again[ready]["code"]) == (False, "invalid_state")
+    assert Event.objects.filter(work_item_id=ready, type="work_item.cancelled").count() == 1
+
+
+def _bulk_body(ids, over=None):
+    body = {"operation": "cancel", "ids": ids, "reason": "why", "expected_revisions": {i: 1 for i in ids}}
+    body.update(over or {})
+    return body
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"ids": []}, "ids"),
+    ({"ids": [f"x{k}" for k in range(201)]}, "ids"),
+    ({"ids": ["A", "A"]}, "ids"),
+    ({"ids": [""]}, "ids"),
+    ({"reason": "   "}, "reason"),
+    ({"reason": None}, "reason"),
+    ({"operation": "delete"}, "operation"),
+    ({"expected_revisions": {}}, "expected_revisions"),
+    ({"expected_revisions": {"A": 1}}, "expected_revisions"),
+    ({"expected_revisions": {"A": 1, "B": 1, "C": 1}}, "expected_revisions"),
+    ({"expected_revisions": {"A": "1", "B": 1}}, "expected_revisions"),
+    ({"expected_revisions": {"A": True, "B": 1}}, "expected_revisions"),
+    ({"answer": " "}, "answer"),
+])
+def test_bad_bodies_are_422_and_nothing_is_written(api, change, field):
+    a = api.create(id="A")["id"]
+    b = api.create(id="B")["id"]
+    before = _everything()
+    body = _bulk_body([a, b], change)
+    if body.get("reason") is None:
+        body.pop("reason")
+    r = error_of(api.post("/work-items/bulk", body), 422, "invalid_input")
+    assert field in [e["field"] for e in r["extra"]["errors"]], r
+    assert _everything() == before
+    if "ids" in change or "operation" in change:
+        preview = error_of(api.post("/work-items/bulk-preview", {"operation": body["operation"], "ids": body["ids"]}),
+                           422, "invalid_input")
+        assert field in [e["field"] for e in preview["extra"]["errors"]]
+
+
+def test_bulk_needs_the_change_permission(viewer, anonymous):
+    error_of(viewer.post("/work-items/bulk-preview", {"operation": "retry", "ids": ["x"]}), 403, "permission_denied")
+    error_of(viewer.post("/work-items/bulk", _bulk_body(["x"])), 403, "permission_denied")
+    error_of(anonymous.post("/work-items/bulk", _bulk_body(["x"])), 401, "not_authenticated")
