@@ -41,11 +41,11 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from workcenter import render, selectors
+from workcenter import item_state, render, selectors
 from workcenter.auth import VIEW
 from workcenter.errors import NotFound
-from workcenter.schemas import GraphOut
 
+from .live_state import overview_now
 from .publisher import event_message, hello_message, publisher
 from .pump import pump
 
@@ -174,13 +174,14 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
 
     def _snapshot(self) -> dict:
         if self.item_id is None:
-            return hello_message(selectors.event_last_id())
+            return hello_message(selectors.event_last_id(), overview=overview_now())
         selectors.work_item_get(self.item_id)  # NotFound ⇒ 4404
-        # the id is read before the graph: an event committing in between is then replayed on a
-        # graph that may already show it (harmless), never skipped
+        # the id is read before the state: an event committing in between is then replayed on a
+        # state that may already show it (harmless), never skipped
         last = selectors.item_last_event_id(self.item_id)
-        graph = render.render(GraphOut, {**selectors.graph_snapshot(self.item_id), "last_event_id": last})
-        return hello_message(last, graph)
+        state = item_state.read(self.item_id).full(last)
+        graph = state.pop("graph")  # the hello's state has no graph of its own: it is the hello's
+        return hello_message(last, graph, state=state)
 
     # --- replay --------------------------------------------------------------------------------
 
@@ -272,6 +273,14 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
         """Several `stream.event` messages of one publisher batch, in id order."""
         for event_message in message["events"]:
             await self.stream_event(event_message)
+
+    async def stream_overview(self, message: dict) -> None:
+        """The list's overview (dashboard/live_state.py); during a replay only the latest is kept,
+        sent after the events."""
+        if self._replay is not None:
+            self._progress[("overview",)] = message["message"]  # (a run id is text)
+            return
+        await self.send_json(message["message"])
 
     async def stream_progress(self, message: dict) -> None:
         if self._replay is not None:  # transient: only the latest of each run is worth sending late

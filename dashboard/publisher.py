@@ -48,6 +48,8 @@ from workcenter.models import Event, Run
 from workcenter.render import render
 from workcenter.schemas import EventOut, WorkItemSummaryOut
 
+from .live_state import ItemStates, OverviewPush
+
 logger = logging.getLogger("workcenter.events")
 
 # --- groups and messages (API.md §4) -------------------------------------------------------------
@@ -70,11 +72,23 @@ def groups_of(item_id: str) -> list[str]:
     return [ITEMS_GROUP, item_group(item_id)]
 
 
-def hello_message(last_event_id: int, graph: dict | None = None) -> dict:
-    """`{"type": "hello", "last_event_id": int}`, the per-item stream's with `"graph": Graph`."""
-    if graph is None:
-        return {"type": "hello", "last_event_id": last_event_id}
-    return {"type": "hello", "last_event_id": last_event_id, "graph": graph}
+def hello_message(last_event_id: int, graph: dict | None = None, *, state: dict | None = None,
+                  overview: dict | None = None) -> dict:
+    """`{"type": "hello", "last_event_id": int}`; the per-item stream's with `"graph": Graph` and
+    the item's whole `state` (workcenter/item_state.py), the list stream's with `overview`."""
+    hello = {"type": "hello", "last_event_id": last_event_id}
+    if graph is not None:
+        hello["graph"] = graph
+    if state is not None:
+        hello["state"] = state
+    if overview is not None:
+        hello["overview"] = overview
+    return hello
+
+
+def with_state(envelope: dict, state: dict) -> dict:
+    """A copy of a `stream.event` envelope whose message carries the item's `state`."""
+    return {**envelope, "message": {**envelope["message"], "state": state}}
 
 
 def event_message(event: Event, work_item=None) -> dict:
@@ -107,6 +121,11 @@ def stream_events(envelopes: list[dict]) -> dict:
 
 def stream_progress(message: dict) -> dict:
     return {"type": "stream.progress", "message": message}
+
+
+def stream_overview(overview: dict) -> dict:
+    """The list stream's `{"type": "overview", "overview": Overview}` in its group envelope."""
+    return {"type": "stream.overview", "message": {"type": "overview", "overview": overview}}
 
 
 # --- membership probes -----------------------------------------------------------------------------
@@ -343,6 +362,8 @@ class Publisher:
         self._send_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._pending: set = set()  # sends in flight stay referenced until done
         self._drain_registered = False
+        self.states = ItemStates()
+        self.overview = OverviewPush()
 
     def register(self) -> None:
         """Make this the store's after-commit publisher (events and progress)."""
@@ -366,16 +387,21 @@ class Publisher:
         except Exception:  # the commit already happened; a lost message is covered by the cursor
             logger.exception("publishing event %s failed", event.id)
 
-    def publish_page(self, event: Event, *, previous: tuple[int, int], work_item) -> bool:
+    def publish_page(self, event: Event, *, previous: tuple[int, int], work_item, state: dict | None = None) -> bool:
         """Publish a stored event whose previous ids and item summary the caller read (the event
         pump, publishing a page of events): rendered in the caller's thread and handed to the send
-        loop. True when handed to the layer."""
+        loop, the item's group given `state` when there is one. True when handed to the layer."""
         try:
             layer = self.layer()
             groups = groups_of(event.work_item_id)
             if layer is None or not may_have_members(layer, groups):
                 return False
-            self.send(layer, groups, stream_event(event, previous, event_message(event, work_item)))
+            envelope = stream_event(event, previous, event_message(event, work_item))
+            if state is None:
+                self.send(layer, groups, envelope)
+            else:
+                self.send(layer, [ITEMS_GROUP], envelope)
+                self.send(layer, [item_group(event.work_item_id)], with_state(envelope, state))
             return True
         except Exception:
             logger.exception("publishing event %s failed", event.id)
@@ -390,6 +416,23 @@ class Publisher:
                 self.send(layer, groups, stream_progress(progress_message(run)))
         except Exception:
             logger.exception("publishing progress of run %s failed", getattr(run, "pk", None))
+
+    def item_states(self, layer, events_: list[tuple[Event, int]]) -> dict[str, dict]:
+        """{item id: state} for the items among `events_` ((event, its item's previous stored id),
+        in id order) whose own group has a listener (ItemStates)."""
+        firsts: dict[str, int] = {}
+        lasts: dict[str, int] = {}
+        for event, item_prev_id in events_:
+            firsts.setdefault(event.work_item_id, item_prev_id)
+            lasts[event.work_item_id] = event.id
+        heard = [i for i in lasts if may_have_members(layer, [item_group(i)])]  # (a batch's are probed already)
+        if not heard:
+            return {}
+        return self.states.states({i: firsts[i] for i in heard}, {i: lasts[i] for i in heard})
+
+    def overview_changed(self, layer) -> None:
+        """Events went to the list's group: its overview follows (OverviewPush)."""
+        self.overview.changed(lambda overview: self.send(layer, [ITEMS_GROUP], stream_overview(overview)))
 
     def published_here(self, event_id: int) -> bool:
         """True when this process published the event after its own commit."""
@@ -465,6 +508,11 @@ class Publisher:
             if previous is None:
                 return False
             summaries = selectors.work_item_summaries({w[0].work_item_id for w in wanted})
+            layers = {id(w[1]): w[1] for w in wanted}
+            states = {}
+            for key, layer in layers.items():
+                states[key] = self.item_states(layer, [(w[0], previous[w[0].id][1]) for w in wanted
+                                                       if w[1] is layer and item_group(w[0].work_item_id) in w[2]])
         except Exception:  # the database is unreachable: these messages are lost, the cursor covers them
             logger.exception("reading the previous ids and summaries of events %s..%s failed",
                              wanted[0][0].id, wanted[-1][0].id)
@@ -472,6 +520,7 @@ class Publisher:
             return True
         rendered: dict[str, dict] = {}
         outgoing: dict[tuple[int, str], tuple[Any, list[dict]]] = {}  # (layer, group) -> envelopes, by id
+        last_of = {(id(w[1]), w[0].work_item_id): w[0].id for w in wanted}
         for event, layer, groups in wanted:
             try:
                 summary = rendered.get(event.work_item_id)
@@ -482,8 +531,13 @@ class Publisher:
                         continue
                     summary = rendered[event.work_item_id] = render(WorkItemSummaryOut, item)
                 envelope = stream_event(event, previous[event.id], event_message(event, summary))
+                state = states[id(layer)].get(event.work_item_id)
                 for group in groups:
-                    outgoing.setdefault((id(layer), group), (layer, []))[1].append(envelope)
+                    if state is not None and group != ITEMS_GROUP and last_of[id(layer), event.work_item_id] == event.id:
+                        sent = with_state(envelope, state)  # the item's state rides on its last event here
+                    else:
+                        sent = envelope
+                    outgoing.setdefault((id(layer), group), (layer, []))[1].append(sent)
             except Exception:
                 logger.exception("publishing event %s failed", event.id)
         for (_, group), (layer, envelopes) in outgoing.items():
@@ -495,6 +549,9 @@ class Publisher:
                     self.send(layer, [group], stream_events(chunk))
                 except Exception:
                     logger.exception("publishing events %s..%s to %s failed", chunk[0]["id"], chunk[-1]["id"], group)
+        for key, group in outgoing:
+            if group == ITEMS_GROUP:
+                self.overview_changed(outgoing[key, group][0])
         return True
 
     # --- consumers -----------------------------------------------------------------------------------
@@ -579,6 +636,8 @@ class Publisher:
         self.local.lock = threading.Lock()
         self._pending.clear()
         self._listen_loop = None
+        self.states.forget()
+        self.overview.forget()
 
 
 publisher = Publisher()

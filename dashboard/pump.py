@@ -23,7 +23,9 @@ connects, as a task on the server's event loop:
   come from the page itself (the previous row; an item's previous row); the items' first events
   in a page get theirs from one stream read for the page, and the items' summaries are read
   together (`selectors.events_previous_ids`, `selectors.work_item_summaries`). Events nobody in
-  this process listens to are skipped without rendering;
+  this process listens to are skipped without rendering. The last event of each item in the page
+  carries the item's state to its own group, and the list's group is sent the overview
+  (dashboard/live_state.py), as the publisher does for a batch;
 * it polls only while at least one consumer is connected: the last one to leave wakes it and
   it ends (no idle database load); the next first consumer starts it again from the new max.
 
@@ -53,7 +55,7 @@ from django.conf import settings
 from workcenter import events, selectors
 from workcenter.models import Event
 
-from .publisher import groups_of, may_have_members, publisher
+from .publisher import ITEMS_GROUP, groups_of, may_have_members, publisher
 
 logger = logging.getLogger("workcenter.events.pump")
 
@@ -154,14 +156,19 @@ class EventPump:
             # the page; the summaries of the page's items in one read
             looked = selectors.events_previous_ids([e for e, _, known in todo if known is None])
             summaries = selectors.work_item_summaries({e.work_item_id for e, _, _ in todo})
+            todo = [(e, prev_id, looked[e.id][1] if known is None else known) for e, prev_id, known in todo]
+            # the items' states ride on their last event of the page (dashboard/live_state.py)
+            states = publisher.item_states(layer, [(e, known) for e, _, known in todo])
+            last_of = {e.work_item_id: e.id for e, _, _ in todo}
             for event, prev_id, known in todo:
                 item = summaries.get(event.work_item_id)
                 if item is None:
                     continue  # the item is gone
-                if known is None:
-                    known = looked[event.id][1]
-                if publisher.publish_page(event, previous=(prev_id, known), work_item=item):
+                state = states.get(event.work_item_id) if last_of[event.work_item_id] == event.id else None
+                if publisher.publish_page(event, previous=(prev_id, known), work_item=item, state=state):
                     self.published += 1
+            if may_have_members(layer, [ITEMS_GROUP]):
+                publisher.overview_changed(layer)
         return len(page) == PAGE
 
 

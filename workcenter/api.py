@@ -20,7 +20,7 @@ from ninja.parser import Parser
 from ninja.responses import Status
 
 from . import overview as overview_figures
-from . import render, selectors, services
+from . import item_state, render, selectors, services
 from .auth import CHANGE, DEFINE_WORKFLOWS, RUN_ACTIONS, VIEW, actor_of, api_auth
 from .errors import BadRequest, InvalidInput, StaleRun, WorkcenterError
 from .services import bulk
@@ -35,6 +35,7 @@ from .schemas import (
     EventPageOut,
     GraphOut,
     InterruptOut,
+    ItemStateOut,
     OverviewOut,
     RecoveryOut,
     RenewOut,
@@ -400,6 +401,14 @@ def work_item_guide(request, item_id: PathId, payload: GuidanceIn):
 def work_item_graph(request, item_id: PathId):
     """Canonical node per stage, dependency edges, leases and why ready nodes wait."""
     return selectors.graph_snapshot(item_id)
+
+
+@items.get("/work-items/{item_id}/state", response={200: ItemStateOut, **ITEM_ERRORS}, auth=api_auth(VIEW))
+def work_item_state(request, item_id: PathId):
+    """The item's whole state as the per-item stream pushes it (graph, item fields, actions, runs)
+    and its `rev`: what a page reads back after a gap in the stream's diffs."""
+    last = selectors.item_last_event_id(item_id)  # before the state: an event in between is replayed, never lost
+    return HttpResponse(render.dumps(item_state.read(item_id).full(last)), content_type="application/json")
 
 
 def _event_page(events: list, after_id: int) -> dict:

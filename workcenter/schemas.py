@@ -399,6 +399,18 @@ class GraphOut(Schema):
     last_event_id: int
 
 
+class ItemStateOut(Schema):
+    """What the work-item page shows of an item, with the revision the per-item stream's diffs
+    name (workcenter/item_state.py)."""
+    rev: str = Field(..., description="names this state by its content: a stream diff whose base_rev is this "
+                                      "applies to it")
+    base_rev: Optional[str] = Field(None, description="always null here (a whole state)")
+    item: dict[str, Any] = Field(..., description="the fields of WorkItemDetail but actions, runs and events")
+    graph: GraphOut
+    actions: list[ActionOut] = Field(..., description="all actions, by sequence")
+    runs: list[RunOut] = Field(..., description="all runs, newest started_at first")
+
+
 class EventPageOut(Schema):
     events: list[EventOut]
     last_id: int

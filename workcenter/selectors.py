@@ -205,8 +205,9 @@ def work_item_get(item_id: str) -> WorkItem:
 DETAIL_EVENTS = 500
 
 
-def work_item_detail(item_id: str) -> dict:
-    """The item, its actions by sequence, runs newest first, newest 500 events, with stats."""
+def work_item_detail(item_id: str, *, events: bool = True) -> dict:
+    """The item, its actions by sequence, runs newest first, newest 500 events (none when
+    `events` is False), with stats."""
     with db.hot_cursor() as cur:
         conn = cur.db
         cur.execute(db.sql("detail_item", conn), [item_id])
@@ -218,8 +219,11 @@ def work_item_detail(item_id: str) -> dict:
         actions = db.ACTION_ROW.build_many(cur.fetchall(), conn)
         cur.execute(db.sql("detail_runs", conn), [item_id])
         runs = db.RUN_ROW.build_many(cur.fetchall(), conn)
-        cur.execute(db.sql("detail_events", conn), [item_id, DETAIL_EVENTS])
-        events = db.EVENT_ROW.build_many(cur.fetchall(), conn)
+        if events:
+            cur.execute(db.sql("detail_events", conn), [item_id, DETAIL_EVENTS])
+            events = db.EVENT_ROW.build_many(cur.fetchall(), conn)
+        else:
+            events = []
     per_action: dict[str, dict] = {}  # stats_by_action from the runs just read (one query fewer)
     for run in runs:
         sums = per_action.setdefault(run.action_id, {f: 0 for f in COUNTER_FIELDS})
@@ -416,11 +420,22 @@ def _node_run(run: Run | None) -> dict | None:
     return {"id": run.pk, "status": run.status, "started_at": run.started_at, "ended_at": run.ended_at}
 
 
-def graph_snapshot(item_id: str) -> dict:
+def graph_snapshot(item_id: str, *, detail: dict | None = None, last_event_id: int | None = None) -> dict:
     """Nodes (canonical action per stage; linear: every action), edges, leases and the reasons a
-    ready node cannot be claimed now. A read: nothing is locked or written."""
-    item = work_item_get(item_id)
-    actions = list(Action.objects.filter(work_item_id=item_id).order_by("sequence"))
+    ready node cannot be claimed now. A read: nothing is locked or written. `detail`: the item's
+    `work_item_detail`, already read (its item, actions and runs are used instead of reading
+    them again); `last_event_id`: the id to report instead of reading it."""
+    if detail is None:
+        item = work_item_get(item_id)
+        actions = list(Action.objects.filter(work_item_id=item_id).order_by("sequence"))
+        latest = _latest_runs(item.pk)
+    else:
+        item, actions = detail["item"], sorted(detail["actions"], key=lambda a: a.sequence)
+        latest = {}
+        for run in detail["runs"]:  # newest started_at (then highest id) of each action
+            best = latest.get(run.action_id)
+            if best is None or (run.started_at, run.pk) > (best.started_at, best.pk):
+                latest[run.action_id] = run
     canonical = rules.canonical_actions(actions)
     graph = item.execution_mode == ExecutionMode.GRAPH
     edges: list[dict] = []
@@ -448,7 +463,6 @@ def graph_snapshot(item_id: str) -> dict:
             edges.append({"source": prev.effective_stage_id, "target": nxt.effective_stage_id,
                           "source_action_id": prev.pk, "target_action_id": nxt.pk})
 
-    latest = _latest_runs(item.pk)
     runs = {r.pk: r for r in latest.values()}
     missing = [a.current_run_id for a in nodes
                if a.status == ActionStatus.RUNNING and a.current_run_id and a.current_run_id not in runs]
@@ -491,7 +505,7 @@ def graph_snapshot(item_id: str) -> dict:
         "status": item.status,
         "nodes": out_nodes,
         "edges": edges,
-        "last_event_id": item_last_event_id(item.pk),
+        "last_event_id": item_last_event_id(item.pk) if last_event_id is None else last_event_id,
     }
 
 

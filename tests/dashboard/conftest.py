@@ -25,6 +25,13 @@ def channel_publisher():
     publisher.register()
 
 
+@pytest.fixture(autouse=True)
+def no_overview_push(settings):
+    """The list stream's overview messages (dashboard/live_state.py) are off: these tests count
+    the stream's event messages; the overview's own tests turn them on."""
+    settings.WORKCENTER_STREAM_OVERVIEW = False
+
+
 @pytest.fixture
 def viewer(db):
     user = User.objects.create_user("viewer", password="pw")

@@ -100,7 +100,8 @@ def test_stream_accepts_session_cookie_bearer_header_and_token_query(viewer, vie
             (f"/ws/work-items/?token={viewer_token}", []),
         ]:
             comm, hello = await open_stream(path, headers=headers)
-            assert hello == {"type": "hello", "last_event_id": 0}
+            assert hello == {"type": "hello", "last_event_id": 0, "overview": hello["overview"]}
+            assert hello["overview"]["counts"] and hello["overview"]["running"] == 0
             await comm.disconnect()
     run(scenario)
 
@@ -141,16 +142,22 @@ def test_hello_names_last_event_id_and_per_item_graph(store, viewer, viewer_toke
     client = Client()
     client.force_login(viewer)
     rest_graph = client.get(f"/api/v1/work-items/{a.pk}/graph").json()
+    rest_overview = client.get("/api/v1/overview").json()
+    rest_state = client.get(f"/api/v1/work-items/{a.pk}/state").json()
+    # the per-item hello's state is the item's whole state; its graph is the hello's own
+    assert rest_state.pop("graph") == rest_graph and rest_state["base_rev"] is None
+    assert rest_state["item"]["id"] == a.pk and "actions" not in rest_state["item"]
     last = Event.objects.latest("id").id
     a_last = Event.objects.filter(work_item_id=a.pk).latest("id").id
     assert a_last < Event.objects.filter(work_item_id=b.pk).latest("id").id == last
 
     async def scenario():
         comm, hello = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
-        assert hello == {"type": "hello", "last_event_id": last}
+        assert hello["overview"]["counts"] == rest_overview["counts"]
+        assert hello == {"type": "hello", "last_event_id": last, "overview": hello["overview"]}
         await comm.disconnect()
         comm, hello = await open_stream(f"/ws/work-items/{a.pk}/", headers=bearer(viewer_token))
-        assert hello == {"type": "hello", "last_event_id": a_last, "graph": rest_graph}
+        assert hello == {"type": "hello", "last_event_id": a_last, "graph": rest_graph, "state": rest_state}
         assert rest_graph["last_event_id"] == a_last and rest_graph["nodes"]
         assert await comm.receive_nothing()
         await comm.disconnect()
@@ -429,7 +436,7 @@ def test_a_client_connecting_while_a_replay_page_is_read_gets_its_hello(store, v
         replaying, hello = await open_stream("/ws/work-items/?after_id=0", headers=bearer(viewer_token))
         await pages.wait_held()  # the replay's first read has not returned
         other, other_hello = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
-        assert other_hello == {"type": "hello", "last_event_id": ids[-1]}
+        assert other_hello["type"] == "hello" and other_hello["last_event_id"] == ids[-1]
         pages.release.set()
         got = await receive_all(replaying, len(ids))
         assert [m["event"]["id"] for m in got] == ids

@@ -1,0 +1,128 @@
+"""What the live stream pushes besides the events, so that an open page never pulls per event:
+
+* `ItemStates`: the per-item stream's `state` (workcenter/item_state.py). For each item with a
+  listener in a publisher batch (or a page of the event pump), the item's state is read once and
+  attached to the message of its last event there: a diff on the state this process sent with
+  the item's previous event, or the whole state when this process did not send that one (another
+  process published it, nobody listened then, it fell out of the cache) or the structure changed.
+  Per process, the last state sent of the `LIMIT` most recently published items is kept.
+* `OverviewPush`: the list stream's overview (workcenter/overview.py), sent as a message of its
+  own (`{"type": "overview", "overview": Overview}`) after the events that changed it, at most
+  once per `INTERVAL`: a burst of events costs one overview now and one at the end of the
+  interval (so the last change is always reflected), not one per event. Every process that
+  publishes to the list's group sends its own (with Redis, each web and worker process).
+  `WORKCENTER_STREAM_OVERVIEW=0` turns the pushes off.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+
+from django.conf import settings
+from django.db import connection
+
+from workcenter import item_state
+from workcenter import overview as overview_figures
+from workcenter.render import render
+from workcenter.schemas import OverviewOut
+
+logger = logging.getLogger("workcenter.events")
+
+INTERVAL = 1.0  # seconds between two overviews at most
+
+
+def overview_now() -> dict:
+    """The overview, JSON-ready."""
+    return render(OverviewOut, overview_figures.overview())
+
+
+class ItemStates:
+    """The last state this process sent of each recently published item (see the module doc)."""
+
+    LIMIT = 2000
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sent: collections.OrderedDict = collections.OrderedDict()  # item id -> (event id, Snapshot)
+        self.full = 0  # full states sent (observability and tests)
+        self.diffs = 0
+
+    def states(self, firsts: dict[str, int], lasts: dict[str, int]) -> dict[str, dict]:
+        """{item id: state} for the items of one batch: `lasts` the id of the item's last event
+        there (which carries the state), `firsts` the previous stored id of its first one (a
+        diff applies only when this process sent that event's state). Items that are gone are
+        left out."""
+        snapshots = item_state.read_many(lasts)
+        out = {}
+        with self.lock:
+            for item_id, snapshot in snapshots.items():
+                at_id = lasts[item_id]
+                before = self.sent.pop(item_id, None)
+                if before is not None and before[0] == firsts[item_id]:
+                    out[item_id] = snapshot.diff(before[1], at_id)
+                else:
+                    out[item_id] = snapshot.full(at_id)
+                if out[item_id]["base_rev"] is None:
+                    self.full += 1
+                else:
+                    self.diffs += 1
+                self.sent[item_id] = (at_id, snapshot)
+            while len(self.sent) > self.LIMIT:
+                self.sent.popitem(last=False)
+        return out
+
+    def forget(self) -> None:
+        """After a fork: a fresh lock, nothing sent yet."""
+        self.lock = threading.Lock()
+        self.sent = collections.OrderedDict()
+
+
+class OverviewPush:
+    """At most one overview per `INTERVAL` to the list's group, the last change never left out
+    (see the module doc). `send(message)` hands the group envelope to the layer."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last = float("-inf")
+        self.timer: threading.Timer | None = None
+        self.pushed = 0
+
+    def changed(self, send) -> None:
+        """Events that may change the overview were sent: push one now or at the interval's end."""
+        if not settings.WORKCENTER_STREAM_OVERVIEW:
+            return
+        with self.lock:
+            if self.timer is not None:
+                return  # one is due at the interval's end already
+            wait = self.last + INTERVAL - time.monotonic()
+            if wait > 0:
+                self.timer = threading.Timer(wait, self._push_later, (send,))
+                self.timer.daemon = True
+                self.timer.start()
+                return
+            self.last = time.monotonic()
+        self._push(send)
+
+    def _push_later(self, send) -> None:
+        with self.lock:
+            self.timer = None
+            self.last = time.monotonic()
+        try:
+            self._push(send)
+        finally:
+            connection.close()  # a timer thread's connection ends with it
+
+    def _push(self, send) -> None:
+        try:
+            send(overview_now())
+            self.pushed += 1
+        except Exception:  # the next change pushes again; the page keeps its figures meanwhile
+            logger.exception("pushing the overview failed")
+
+    def forget(self) -> None:
+        """After a fork: a fresh lock, no timer (the parent's does not run in the child)."""
+        self.lock = threading.Lock()
+        self.timer = None
+        self.last = float("-inf")
