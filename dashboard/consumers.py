@@ -45,7 +45,7 @@ from workcenter import item_state, render, selectors
 from workcenter.auth import VIEW
 from workcenter.errors import NotFound
 
-from .live_state import overview_now
+from .live_state import MAX_HELLO_BYTES, overview_now
 from .publisher import event_message, hello_message, publisher
 from .pump import pump
 
@@ -181,7 +181,10 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
         last = selectors.item_last_event_id(self.item_id)
         state = item_state.read(self.item_id).full(last)
         graph = state.pop("graph")  # the hello's state has no graph of its own: it is the hello's
-        return hello_message(last, graph, state=state)
+        hello = hello_message(last, graph, state=state)
+        if len(render.dumps(hello)) > MAX_HELLO_BYTES:  # the page reads the state back instead
+            del hello["state"]
+        return hello
 
     # --- replay --------------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@
   attached to the message of its last event there: a diff on the state this process sent with
   the item's previous event, or the whole state when this process did not send that one (another
   process published it, nobody listened then, it fell out of the cache) or the structure changed.
-  Per process, the last state sent of the `LIMIT` most recently published items is kept.
+  Per process, the last state sent of the `LIMIT` most recently published items is kept. A state
+  over `MAX_STATE_BYTES` is not pushed: the message only says that the page should read it back.
 * `OverviewPush`: the list stream's overview (workcenter/overview.py), sent as a message of its
   own (`{"type": "overview", "overview": Overview}`) after the events that changed it, at most
   once per `INTERVAL`: a burst of events costs one overview now and one at the end of the
@@ -25,12 +26,20 @@ from django.db import connection
 
 from workcenter import item_state
 from workcenter import overview as overview_figures
+from workcenter.render import dumps as render_dumps
 from workcenter.render import render
 from workcenter.schemas import OverviewOut
 
 logger = logging.getLogger("workcenter.events")
 
 INTERVAL = 1.0  # seconds between two overviews at most
+# A state larger than this (a retry of a graph of a thousand stages) is not pushed: the message says
+# `{"rev", "base_rev": null, "read": true}` and the page reads the state back (GET …/state) once.
+# daphne refuses to send a websocket message over 1 MiB, and it would hold up every smaller one.
+MAX_STATE_BYTES = 512 * 1024
+# What a hello may weigh at most: over it, the per-item hello goes without its state (the page reads
+# it back), so that a large graph's hello still reaches the page.
+MAX_HELLO_BYTES = 1_000_000
 
 
 def overview_now() -> dict:
@@ -48,6 +57,7 @@ class ItemStates:
         self.sent: collections.OrderedDict = collections.OrderedDict()  # item id -> (event id, Snapshot)
         self.full = 0  # full states sent (observability and tests)
         self.diffs = 0
+        self.too_large = 0
 
     def states(self, firsts: dict[str, int], lasts: dict[str, int]) -> dict[str, dict]:
         """{item id: state} for the items of one batch: `lasts` the id of the item's last event
@@ -64,7 +74,10 @@ class ItemStates:
                     out[item_id] = snapshot.diff(before[1], at_id)
                 else:
                     out[item_id] = snapshot.full(at_id)
-                if out[item_id]["base_rev"] is None:
+                if len(render_dumps(out[item_id])) > MAX_STATE_BYTES:
+                    out[item_id] = {"rev": snapshot.rev, "base_rev": None, "read": True}
+                    self.too_large += 1
+                elif out[item_id]["base_rev"] is None:
                     self.full += 1
                 else:
                     self.diffs += 1

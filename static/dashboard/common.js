@@ -216,9 +216,10 @@ export function showConnection(state, detail = "") {
  * an id was skipped.
  */
 export class LiveStream {
-  constructor(path, { onHello, onEvent, onProgress, onState, gapCheck = false } = {}) {
+  constructor(path, { onHello, onEvent, onProgress, onOverview, onState, gapCheck = false } = {}) {
     this.path = path;
     this.onHello = onHello || (() => {});
+    this.onOverview = onOverview || (() => {});
     this.onEvent = onEvent || (() => {});
     this.onProgress = onProgress || (() => {});
     this.onState = onState || showConnection;
@@ -298,6 +299,8 @@ export class LiveStream {
       if (this.state === "catching_up" && id >= this.catchUpTo) this.setState("live");
     } else if (msg.type === "progress") {
       this.onProgress(msg);
+    } else if (msg.type === "overview" && msg.overview) {
+      this.onOverview(msg);
     }
   }
 

@@ -1,6 +1,7 @@
 // The work item page (UI.md "Work item"): loads the item and its graph, follows the live stream
 // and hands every update to the page's parts (item-core.js's hub): header, graph, side panel,
-// timeline and dialogs.
+// timeline and dialogs. Live updates come whole from the stream (the item's pushed state): the
+// page reads over HTTP only when it loads, after a gap in the stream, and after its own actions.
 import { LiveStream, api, badge, coalesce, describeError, h, showError, startTicker } from "./common.js";
 import { $, base, emit, graphView, itemId, refreshers, state } from "./item-core.js";
 import "./item-head.js";
@@ -89,6 +90,7 @@ async function catchUpEvents() {
     let after = stream.lastId;
     for (;;) {
       const page = await api(`${base}/events?after_id=${after}&limit=1000`);
+      keepEvents(page.events);
       emit("events", page.events);
       if (!page.events.length) break;
       after = page.last_id;
@@ -96,6 +98,80 @@ async function catchUpEvents() {
     }
     if (after > stream.lastId) stream.lastId = after;
   } catch { /* the next event retries */ } finally { catching = false; }
+}
+
+// --- the pushed state -------------------------------------------------------------------------------
+// The per-item stream pushes the item's state (workcenter/item_state.py): whole in the hello and
+// after a change of structure, else a diff on the state of rev `base_rev`. The page applies a diff
+// only on the state it shows (`shownRev`); on any other base it has missed one (a dropped
+// message, a reconnect) and reads the whole state back once (GET …/state), never per event.
+
+let shownRev = null;
+const DETAIL_EVENTS = 500;
+const byRunOrder = (a, b) => (a.started_at < b.started_at ? 1 : a.started_at > b.started_at ? -1 : a.id < b.id ? 1 : -1);
+
+function merged(list, changed, order) {
+  if (!changed.length) return list;
+  const byId = new Map(list.map((x) => [x.id, x]));
+  for (const x of changed) byId.set(x.id, x);
+  return [...byId.values()].sort(order);
+}
+
+/** Apply a pushed state; false when it is a diff on a state the page does not show. */
+function applyState(st, lastEventId) {
+  const events = state.detail ? state.detail.events : [];
+  if (st.base_rev == null) {
+    state.detail = { ...st.item, actions: st.actions, runs: st.runs, events };
+    shownRev = st.rev;
+    drawGraph(st.graph);
+    emit("detail", state.detail);
+    renderEmpty();
+    return true;
+  }
+  if (st.base_rev !== shownRev || !state.graph || !state.detail) return false;
+  const nodes = new Map(st.nodes.map((n) => [n.id, n]));
+  const graph = { ...state.graph, status: st.item.status, last_event_id: Math.max(state.graph.last_event_id, lastEventId || 0),
+    nodes: nodes.size ? state.graph.nodes.map((n) => nodes.get(n.id) || n) : state.graph.nodes };
+  state.detail = { ...state.detail, ...st.item, events,
+    actions: merged(state.detail.actions, st.actions, (a, b) => a.sequence - b.sequence),
+    runs: merged(state.detail.runs, st.runs, byRunOrder) };
+  shownRev = st.rev;
+  drawGraph(graph);
+  emit("detail", state.detail);
+  return true;
+}
+
+/** The newest events first, at most as many as the detail holds (the durations read them). */
+function keepEvents(list) {
+  if (!state.detail || !list.length) return;
+  const seen = new Set(state.detail.events.map((e) => e.id));
+  const fresh = list.filter((e) => !seen.has(e.id));
+  if (fresh.length) state.detail.events = [...fresh].sort((a, b) => b.id - a.id).concat(state.detail.events).slice(0, DETAIL_EVENTS);
+}
+
+/** Read the whole state back (a diff did not apply). One read at a time: a diff that arrives
+ * meanwhile is tried on what it returns, and only one made after that read asks again. */
+let resyncing = false;
+let heldDiff = null;
+let resyncs = 0;
+async function resync(diff) {
+  if (resyncing) { heldDiff = diff; return; }
+  resyncing = true;
+  resyncs += 1;
+  let readTo = 0;
+  try {
+    const st = await api(`${base}/state`);
+    applyState(st);
+    readTo = st.graph.last_event_id;
+    if (stream.lastId !== null && readTo > stream.lastId) catchUpEvents();
+  } catch (err) {
+    showError($("head-error"), describeError(err, "Loading the work item"));
+  } finally {
+    resyncing = false;
+  }
+  const held = heldDiff;
+  heldDiff = null;
+  if (held && (held.state === null || !applyState(held.state, held.id)) && held.id > readTo) resync(held);
 }
 
 const refreshGraph = coalesce(loadGraph);
@@ -132,19 +208,22 @@ roomObserver.observe($("panel"));
 
 const stream = new LiveStream(`/ws/work-items/${encodeURIComponent(itemId)}/`, {
   onHello: (msg, { first }) => {
-    if (msg.graph) drawGraph(msg.graph); else refreshGraph();
+    if (msg.state) applyState({ ...msg.state, graph: msg.graph });
+    else if (msg.graph) { drawGraph(msg.graph); resync(null); } else resync(null); // too large to push
     if (!first) catchUpEvents();
-    refreshDetail();
   },
   onEvent: (msg) => {
+    keepEvents([msg.event]);
     emit("events", [msg.event]);
     emit("event", msg.event);
-    refreshGraph();
-    refreshDetail();
+    if (msg.state && (msg.state.read || !applyState(msg.state, msg.event.id))) {
+      resync({ state: msg.state.read ? null : msg.state, id: msg.event.id });
+    }
   },
   onProgress: (msg) => emit("progress", msg),
 });
 window.__wcStream = stream;
+window.__wcItemState = () => ({ rev: shownRev, resyncs });
 
 // one clock for the page: graph nodes, header, panel, timeline and banner tick in the same task
 startTicker(() => { graphView.tick(); emit("tick"); });

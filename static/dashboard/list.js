@@ -481,8 +481,7 @@ function applyOverview(ov) {
 function onEvent(msg) {
   if (!loaded) { buffered.push(msg); return; }
   if (msg.work_item) upsert(msg.work_item, msg.event && msg.event.type);
-  if (!state.search && !msg.overview) overview.setCounts(counts);
-  applyOverview(msg.overview);
+  if (!state.search) overview.setCounts(counts);
   renderFrame();
 }
 
@@ -512,6 +511,7 @@ const stream = new LiveStream("/ws/work-items/", {
     if (first && loadedBeforeHello) load();
   },
   onEvent,
+  onOverview: (msg) => { applyOverview(msg.overview); renderFrame(); },
 });
 window.__wcStream = stream;
 
