@@ -34,17 +34,18 @@ would make on top of the websocket; the initial page load is not counted):
 * list watcher: starts from the first 100 rows of GET /api/v1/work-items (read once, not
   counted); per event message upserts the message's `work_item` summary into its rows (newest
   `updated_at` first, 100 kept) and takes the status counts from `overview.counts` when the
-  message carries it. Counts 1 request for an event message without `work_item`, 1 for an event
+  message carries it (the hello's `overview`, then the stream's `overview` messages). Counts 1
+  request for an event message without `work_item`, 1 for an event
   id that is not above the last one (duplicate or backwards), and 1 for every hole it was left
   with: consecutive delivered ids with an appended event between them (checked at the end
   against the appender's list; the server fills holes itself, so normally never). Not in the
-  main figure but printed (`list_recount_requests_per_event`): the list page today re-reads the
-  7 status counts (250 ms debounce) after events whose message lacks `overview.counts`.
-* item watcher: starts from its hello (`graph`; `state` when present, a full state). A message
-  with `state`: `base_rev` null ⇒ replace the whole state (graph, item, actions, runs);
+  main figure but printed (`list_recount_requests_per_event`): the recounts (250 ms debounce) a
+  page would need for events that arrive before any overview reached it (0 with the pushes on).
+* item watcher: starts from its hello (`graph`, and `state`: the whole state but its graph). A
+  message with `state`: `base_rev` null ⇒ replace the whole state (graph, item, actions, runs);
   `base_rev` == my rev ⇒ patch (upsert `nodes`, `actions`, `runs` by id, replace `item`);
-  otherwise the page re-reads the graph and the detail: 2 requests. In all three cases rev :=
-  state.rev and every event up to `state.at_id` is covered. An event that no state covers within
+  otherwise (or `read`: too large to push) the page reads the state back: 1 request
+  (GET …/state). In all cases rev := state.rev and every event up to the message's is covered. An event that no state covers within
   2 s (messages without `state`, as before the server sends it) counts 2 requests (the page
   re-reads graph and detail after it). A duplicate or backwards id counts nothing but is
   reported.
@@ -238,6 +239,8 @@ class Client:
         try:
             async for raw in self.ws:
                 msg = json.loads(raw)
+                if msg.get("type") == "overview":
+                    self.on_overview(msg)
                 if msg.get("type") != "event":
                     continue  # progress: transient, nothing to fetch
                 eid = msg["event"]["id"]
@@ -250,6 +253,9 @@ class Client:
         except ConnectionClosed as exc:
             if exc.rcvd is not None and exc.rcvd.code not in (1000, 1001):
                 self.closed_early = f"closed {exc.rcvd.code}"
+
+    def on_overview(self, msg: dict) -> None:
+        pass
 
     def on_hello(self, hello: dict) -> None:
         self.last_id = hello.get("last_event_id", 0)
@@ -291,14 +297,19 @@ class ListWatcher(Client):
             for gone in self.order[LIST_PAGE:]:
                 del self.rows[gone]
             del self.order[LIST_PAGE:]
-        counts = (msg.get("overview") or {}).get("counts")
-        if counts is not None:
-            self.counts = dict(counts)
-        else:
+        if self.counts is None:  # no overview yet: the page would recount (never, once pushed)
             now = time.time()
             if now - self.last_recount >= RECOUNT_DEBOUNCE:
                 self.last_recount = now
                 self.recounts += 1
+
+    def on_hello(self, hello: dict) -> None:
+        super().on_hello(hello)
+        if hello.get("overview"):
+            self.counts = dict(hello["overview"].get("counts") or {})
+
+    def on_overview(self, msg: dict) -> None:
+        self.counts = dict(msg["overview"].get("counts") or {})
 
 
 class ItemWatcher(Client):
@@ -320,10 +331,10 @@ class ItemWatcher(Client):
     def on_hello(self, hello: dict) -> None:
         super().on_hello(hello)
         state = hello.get("state")
-        if state is not None:
-            self._replace(state)
+        if state is not None:  # the hello's state has no graph: it is the hello's
+            self._replace({**state, "graph": hello.get("graph")})
             self.rev = state.get("rev")
-            self.covered = max(hello.get("last_event_id", 0), state.get("at_id") or 0)
+            self.covered = hello.get("last_event_id", 0)
         else:
             self.graph = hello.get("graph")
             self.nodes = {n["id"]: n for n in (self.graph or {}).get("nodes", [])}
@@ -342,7 +353,10 @@ class ItemWatcher(Client):
         if state is None:
             return
         base = state.get("base_rev")
-        if base is None:
+        if state.get("read"):  # too large to push: the page reads it back
+            self.count("item_state_read", 1)
+            self.states["mismatch"] += 1
+        elif base is None:
             self._replace(state)
             self.states["full"] += 1
         elif base == self.rev:
@@ -356,10 +370,10 @@ class ItemWatcher(Client):
                 self.item = state["item"]
             self.states["patch"] += 1
         else:
-            self.count("item_rev_mismatch", 2)  # re-read graph and detail
+            self.count("item_rev_mismatch", 1)  # GET …/state
             self.states["mismatch"] += 1
         self.rev = state.get("rev")
-        self.covered = max(self.covered, state.get("at_id") or eid)
+        self.covered = max(self.covered, eid)
         self.pending = [p for p in self.pending if p[0] > self.covered]
 
     def sweep(self, now: float) -> None:

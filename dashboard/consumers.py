@@ -83,6 +83,12 @@ def _after_id(scope) -> int | None | bool:
     return int(raw)
 
 
+def _payload(envelope: dict) -> dict | str:
+    """What a group envelope carries for the client: its encoded `text`, or its `message`."""
+    text = envelope.get("text")
+    return envelope["message"] if text is None else text
+
+
 def _events_page(*, after_id: int, before_id: int | None,
                  item_id: str | None) -> tuple[list[tuple[int, dict]], int, bool]:
     """One replay page: the stored events with after_id < id (< before_id), in id order, as
@@ -179,7 +185,9 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
         # the id is read before the state: an event committing in between is then replayed on a
         # state that may already show it (harmless), never skipped
         last = selectors.item_last_event_id(self.item_id)
-        state = item_state.read(self.item_id).full(last)
+        snapshot = item_state.read(self.item_id)
+        publisher.states.seed(self.item_id, last, snapshot)  # the next event: a diff on this state
+        state = snapshot.full(last)
         graph = state.pop("graph")  # the hello's state has no graph of its own: it is the hello's
         hello = hello_message(last, graph, state=state)
         if len(render.dumps(hello)) > MAX_HELLO_BYTES:  # the page reads the state back instead
@@ -211,7 +219,7 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
                 if not self._pending and self._read_to <= self.last_id:  # the events are sent
                     progress, self._progress = list(self._progress.values()), {}
                     for message in progress:
-                        await self.send_json(message)
+                        await self._send_message(message)
                     continue
                 if not self._pending:  # buffered messages were dropped: read them back
                     dropped_to = self._read_to
@@ -225,7 +233,7 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
                     continue  # already sent (replayed, or a hole filled from the database)
                 if self._previous(message) > self.last_id:
                     await self._send_stored(before_id=event_id)
-                await self._forward(event_id, message["message"])
+                await self._forward(event_id, _payload(message))
         except Exception:  # the client resumes from the last id it received
             logger.exception("replay after event %s failed", self.last_id)
             self._pending.clear()
@@ -245,10 +253,17 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
             self.last_id = max(self.last_id, cursor)
             await asyncio.sleep(0)  # between pages: the other clients' turn
 
-    async def _forward(self, event_id: int, message: dict) -> None:
+    async def _forward(self, event_id: int, message: dict | str) -> None:
         if event_id > self.last_id:
-            await self.send_json(message)
+            await self._send_message(message)
             self.last_id = event_id
+
+    async def _send_message(self, message: dict | str) -> None:
+        """A message as a dict (replayed), or as the JSON text the publisher encoded once."""
+        if isinstance(message, str):
+            await self.send(text_data=message)
+        else:
+            await self.send_json(message)
 
     def _previous(self, message: dict) -> int:
         return message["prev_id"] if self.item_id is None else message["item_prev_id"]
@@ -270,7 +285,7 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
         if self._previous(message) > self.last_id:
             self._buffer(message)  # a hole before it: read from the database, then sent
             return self._start_replay(read_all=False)
-        await self._forward(event_id, message["message"])
+        await self._forward(event_id, _payload(message))
 
     async def stream_events(self, message: dict) -> None:
         """Several `stream.event` messages of one publisher batch, in id order."""
@@ -281,9 +296,9 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
         """The list's overview (dashboard/live_state.py); during a replay only the latest is kept,
         sent after the events."""
         if self._replay is not None:
-            self._progress[("overview",)] = message["message"]  # (a run id is text)
+            self._progress[("overview",)] = _payload(message)  # (a run id is text)
             return
-        await self.send_json(message["message"])
+        await self._send_message(_payload(message))
 
     async def stream_progress(self, message: dict) -> None:
         if self._replay is not None:  # transient: only the latest of each run is worth sending late

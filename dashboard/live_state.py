@@ -86,6 +86,17 @@ class ItemStates:
                 self.sent.popitem(last=False)
         return out
 
+    def seed(self, item_id: str, at_id: int, snapshot) -> None:
+        """A hello sent `snapshot` as the item's state after event `at_id`: unless this process
+        sent a state as recent, the item's next event is a diff on it (not a whole state)."""
+        with self.lock:
+            before = self.sent.get(item_id)
+            if before is None or before[0] < at_id:
+                self.sent[item_id] = (at_id, snapshot)
+                self.sent.move_to_end(item_id)
+                while len(self.sent) > self.LIMIT:
+                    self.sent.popitem(last=False)
+
     def forget(self) -> None:
         """After a fork: a fresh lock, nothing sent yet."""
         self.lock = threading.Lock()
@@ -122,6 +133,8 @@ class OverviewPush:
         with self.lock:
             self.timer = None
             self.last = time.monotonic()
+        if not settings.WORKCENTER_STREAM_OVERVIEW:
+            return
         try:
             self._push(send)
         finally:
@@ -133,6 +146,14 @@ class OverviewPush:
             self.pushed += 1
         except Exception:  # the next change pushes again; the page keeps its figures meanwhile
             logger.exception("pushing the overview failed")
+
+    def cancel(self) -> None:
+        """Drop the overview due at the interval's end, if any."""
+        with self.lock:
+            timer, self.timer = self.timer, None
+            self.last = float("-inf")
+        if timer is not None:
+            timer.cancel()
 
     def forget(self) -> None:
         """After a fork: a fresh lock, no timer (the parent's does not run in the child)."""

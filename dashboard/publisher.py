@@ -44,6 +44,7 @@ from channels_redis.core import RedisChannelLayer
 from django.db import connection
 
 from workcenter import events, selectors
+from workcenter import render as rendering
 from workcenter.models import Event, Run
 from workcenter.render import render
 from workcenter.schemas import EventOut, WorkItemSummaryOut
@@ -91,6 +92,15 @@ def with_state(envelope: dict, state: dict) -> dict:
     return {**envelope, "message": {**envelope["message"], "state": state}}
 
 
+def encoded(envelope: dict) -> dict:
+    """The envelope with its client message as the JSON text the consumers send (`text`, in place
+    of `message`): encoded once per process, not once per listening socket, and a string that a
+    layer copies or packs whole."""
+    out = {k: v for k, v in envelope.items() if k != "message"}
+    out["text"] = rendering.dumps(envelope["message"]).decode("utf-8")
+    return out
+
+
 def event_message(event: Event, work_item=None) -> dict:
     """`{"type": "event", "event": Event, "work_item": WorkItemSummary}`, JSON-ready. `work_item`:
     the item's summary (`selectors.work_item_summaries`), or its rendered dict, or None to read it."""
@@ -125,7 +135,7 @@ def stream_progress(message: dict) -> dict:
 
 def stream_overview(overview: dict) -> dict:
     """The list stream's `{"type": "overview", "overview": Overview}` in its group envelope."""
-    return {"type": "stream.overview", "message": {"type": "overview", "overview": overview}}
+    return encoded({"type": "stream.overview", "message": {"type": "overview", "overview": overview}})
 
 
 # --- membership probes -----------------------------------------------------------------------------
@@ -398,10 +408,10 @@ class Publisher:
                 return False
             envelope = stream_event(event, previous, event_message(event, work_item))
             if state is None:
-                self.send(layer, groups, envelope)
+                self.send(layer, groups, encoded(envelope))
             else:
-                self.send(layer, [ITEMS_GROUP], envelope)
-                self.send(layer, [item_group(event.work_item_id)], with_state(envelope, state))
+                self.send(layer, [ITEMS_GROUP], encoded(envelope))
+                self.send(layer, [item_group(event.work_item_id)], encoded(with_state(envelope, state)))
             return True
         except Exception:
             logger.exception("publishing event %s failed", event.id)
@@ -532,11 +542,12 @@ class Publisher:
                     summary = rendered[event.work_item_id] = render(WorkItemSummaryOut, item)
                 envelope = stream_event(event, previous[event.id], event_message(event, summary))
                 state = states[id(layer)].get(event.work_item_id)
+                plain = None
                 for group in groups:
                     if state is not None and group != ITEMS_GROUP and last_of[id(layer), event.work_item_id] == event.id:
-                        sent = with_state(envelope, state)  # the item's state rides on its last event here
+                        sent = encoded(with_state(envelope, state))  # the item's state rides on its last event here
                     else:
-                        sent = envelope
+                        sent = plain = plain or encoded(envelope)
                     outgoing.setdefault((id(layer), group), (layer, []))[1].append(sent)
             except Exception:
                 logger.exception("publishing event %s failed", event.id)

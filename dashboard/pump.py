@@ -14,7 +14,7 @@ connects, as a task on the server's event loop:
 * it starts from the highest stored id, read when the first consumer connects and *before*
   that consumer reads its snapshot: what committed earlier is the consumer's own backfill or
   snapshot, what commits later the pump sees;
-* every `WORKCENTER_EVENT_POLL_MS` (default 200; 0 disables the pump) it runs one indexed query
+* every `WORKCENTER_EVENT_POLL_MS` (default 50; 0 disables the pump) it runs one indexed query
   (`id > cursor ORDER BY id`, primary key) in the consumers' database thread, page by page
   (`PAGE` rows; a full page is followed at once by the next one);
 * each event goes out through `publisher.publish_page` (dashboard/publisher.py, the publisher
@@ -59,7 +59,7 @@ from .publisher import ITEMS_GROUP, groups_of, may_have_members, publisher
 
 logger = logging.getLogger("workcenter.events.pump")
 
-DEFAULT_POLL_MS = 200
+DEFAULT_POLL_MS = 50
 PAGE = 500
 
 

@@ -199,7 +199,7 @@ if any(not os.path.isabs(root) for root in WORKCENTER_WORK_DIR_ROOTS):
     raise ImproperlyConfigured(f"WORKCENTER_WORK_DIR_ROOTS must list absolute paths: {WORKCENTER_WORK_DIR_ROOTS}")
 # In-memory channel layer only: how often a web server reads the events that other processes
 # committed, while a websocket client is connected (dashboard/pump.py); 0 turns that off.
-WORKCENTER_EVENT_POLL_MS = int(os.environ.get("WORKCENTER_EVENT_POLL_MS", "200"))
+WORKCENTER_EVENT_POLL_MS = int(os.environ.get("WORKCENTER_EVENT_POLL_MS", "50"))
 # The list stream's overview (running, waiting, finished per hour; dashboard/live_state.py): pushed
 # after the events that change it, at most once a second per publishing process. "0" turns the
 # pushes off (the list page then shows the overview as it loaded, and counts from the events).

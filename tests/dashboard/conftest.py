@@ -30,6 +30,8 @@ def no_overview_push(settings):
     """The list stream's overview messages (dashboard/live_state.py) are off: these tests count
     the stream's event messages; the overview's own tests turn them on."""
     settings.WORKCENTER_STREAM_OVERVIEW = False
+    yield
+    publisher.overview.cancel()  # none due after the test
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import pytest
@@ -344,7 +345,7 @@ def test_overtaken_message_is_sent_once_in_order(store, viewer_token):
     held, crossed = [], []
 
     def crossing_send(layer, groups, message):
-        if message["type"] == "stream.event" and message["message"]["event"]["type"] == "run.claimed":
+        if message["type"] == "stream.event" and json.loads(message["text"])["event"]["type"] == "run.claimed":
             held.append((layer, groups, message))
             crossed.append(message["id"])
             return

@@ -125,7 +125,7 @@ class Command(BaseCommand):
     help = ("Migrate, create demo users and work items, start the web server and simulated workers. "
             "Live updates: with REDIS_URL set every process (web server and workers) publishes to Redis; "
             "without it the web server reads the workers' events from the database every "
-            "WORKCENTER_EVENT_POLL_MS (default 200) while a dashboard is open. Progress output of the "
+            "WORKCENTER_EVENT_POLL_MS (default 50) while a dashboard is open. Progress output of the "
             "simulated workers shows live only with REDIS_URL.")
 
     def add_arguments(self, parser):
