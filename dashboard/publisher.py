@@ -397,25 +397,37 @@ class Publisher:
         except Exception:  # the commit already happened; a lost message is covered by the cursor
             logger.exception("publishing event %s failed", event.id)
 
-    def publish_page(self, event: Event, *, previous: tuple[int, int], work_item, state: dict | None = None) -> bool:
-        """Publish a stored event whose previous ids and item summary the caller read (the event
-        pump, publishing a page of events): rendered in the caller's thread and handed to the send
-        loop, the item's group given `state` when there is one. True when handed to the layer."""
+    def publish_page(self, page: list[tuple]) -> int:
+        """Publish stored events whose previous ids and item summaries the caller read (the event
+        pump, publishing a page of events), as (event, previous ids, item summary, state or
+        None): rendered in the caller's thread, one group message per group for the page (the
+        item's group given the state where there is one), handed to the send loop. Returns how
+        many events were handed to the layer."""
+        sent = 0
         try:
             layer = self.layer()
-            groups = groups_of(event.work_item_id)
-            if layer is None or not may_have_members(layer, groups):
-                return False
-            envelope = stream_event(event, previous, event_message(event, work_item))
-            if state is None:
-                self.send(layer, groups, encoded(envelope))
-            else:
-                self.send(layer, [ITEMS_GROUP], encoded(envelope))
-                self.send(layer, [item_group(event.work_item_id)], encoded(with_state(envelope, state)))
-            return True
+            if layer is None:
+                return 0
+            outgoing: dict[str, list[dict]] = {}
+            for event, previous, work_item, state in page:
+                groups = [g for g in groups_of(event.work_item_id) if may_have_members(layer, [g])]
+                if not groups:
+                    continue
+                envelope = stream_event(event, previous, event_message(event, work_item))
+                plain = None
+                for group in groups:
+                    if state is not None and group != ITEMS_GROUP:
+                        message = encoded(with_state(envelope, state))
+                    else:
+                        message = plain = plain or encoded(envelope)
+                    outgoing.setdefault(group, []).append(message)
+                sent += 1
+            for group, envelopes in outgoing.items():
+                for start in range(0, len(envelopes), STREAM_MESSAGE_EVENTS):
+                    self.send(layer, [group], stream_events(envelopes[start:start + STREAM_MESSAGE_EVENTS]))
         except Exception:
-            logger.exception("publishing event %s failed", event.id)
-            return False
+            logger.exception("publishing a page of %s events failed", len(page))
+        return sent
 
     def publish_progress(self, run: Run) -> None:
         """The after-commit hook of a progress report (`run` as it was reported)."""

@@ -160,13 +160,14 @@ class EventPump:
             # the items' states ride on their last event of the page (dashboard/live_state.py)
             states = publisher.item_states(layer, [(e, known) for e, _, known in todo])
             last_of = {e.work_item_id: e.id for e, _, _ in todo}
+            page_events = []
             for event, prev_id, known in todo:
                 item = summaries.get(event.work_item_id)
                 if item is None:
                     continue  # the item is gone
                 state = states.get(event.work_item_id) if last_of[event.work_item_id] == event.id else None
-                if publisher.publish_page(event, previous=(prev_id, known), work_item=item, state=state):
-                    self.published += 1
+                page_events.append((event, (prev_id, known), item, state))
+            self.published += publisher.publish_page(page_events)
             if may_have_members(layer, [ITEMS_GROUP]):
                 publisher.overview_changed(layer)
         return len(page) == PAGE
