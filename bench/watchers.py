@@ -529,15 +529,20 @@ def report(args, res: dict, daphne_log: Path) -> dict:
     delivered = expected = 0
     reasons: dict[str, int] = {}
     anomalies: dict[str, int] = {}
+
+    def tally(c, kind: str, got: list[tuple[int, float]]) -> None:
+        """One client's delivered (event id, applied at): latencies, and whether it was late."""
+        by_kind[kind].extend(t - committed[e][0] for e, t in got)
+        pair_latency.extend((e, t - committed[e][0]) for e, t in got)
+        if any(t - committed[e][0] > 1.0 for e, t in got):
+            late[kind].add(id(c))
+        late_ids.update(e for e, t in got if t - committed[e][0] > 1.0)
+
     for c in lists:
         got = [(e, t) for e, t in c.applied if e in committed]
         expected += events
         delivered += len(got)
-        by_kind["list"] += [t - committed[e][0] for e, t in got]
-        pair_latency.extend((e, t - committed[e][0]) for e, t in got)
-        if any(t - committed[e][0] > 1.0 for e, t in got):
-            late["list"].add(id(c))
-        late_ids.update(e for e, t in got if t - committed[e][0] > 1.0)
+        tally(c, "list", got)
         # holes left: an appended event between two consecutive delivered ids, or after the last one
         seen = [e for e, _ in c.applied]
         for a, b in zip(seen, seen[1:] + [ids[-1] + 1 if ids else 0]):
@@ -549,11 +554,7 @@ def report(args, res: dict, daphne_log: Path) -> dict:
         got = [(e, t) for e, t in c.applied if e in mine]
         expected += len(mine)
         delivered += len(got)
-        by_kind["item"] += [t - committed[e][0] for e, t in got]
-        pair_latency.extend((e, t - committed[e][0]) for e, t in got)
-        if any(t - committed[e][0] > 1.0 for e, t in got):
-            late["item"].add(id(c))
-        late_ids.update(e for e, t in got if t - committed[e][0] > 1.0)
+        tally(c, "item", got)
         missing = len(mine) - len(got)
         if missing:
             anomalies["item_events_missing"] = anomalies.get("item_events_missing", 0) + missing

@@ -530,16 +530,19 @@ class Publisher:
             if previous is None:
                 return False
             summaries = selectors.work_item_summaries({w[0].work_item_id for w in wanted})
-            layers = {id(w[1]): w[1] for w in wanted}
-            states = {}
-            for key, layer in layers.items():
-                states[key] = self.item_states(layer, [(w[0], previous[w[0].id][1]) for w in wanted
-                                                       if w[1] is layer and item_group(w[0].work_item_id) in w[2]])
         except Exception:  # the database is unreachable: these messages are lost, the cursor covers them
             logger.exception("reading the previous ids and summaries of events %s..%s failed",
                              wanted[0][0].id, wanted[-1][0].id)
             _close_connection()
             return True
+        states: dict[int, dict] = {}
+        for key, layer in {id(w[1]): w[1] for w in wanted}.items():
+            try:
+                states[key] = self.item_states(layer, [(w[0], previous[w[0].id][1]) for w in wanted
+                                                       if w[1] is layer and item_group(w[0].work_item_id) in w[2]])
+            except Exception:  # the events still leave; a page without the state reads it back later
+                logger.exception("reading the item states of events %s..%s failed", wanted[0][0].id, wanted[-1][0].id)
+                states[key] = {}
         rendered: dict[str, dict] = {}
         outgoing: dict[tuple[int, str], tuple[Any, list[dict]]] = {}  # (layer, group) -> envelopes, by id
         last_of = {(id(w[1]), w[0].work_item_id): w[0].id for w in wanted}

@@ -158,7 +158,11 @@ class EventPump:
             summaries = selectors.work_item_summaries({e.work_item_id for e, _, _ in todo})
             todo = [(e, prev_id, looked[e.id][1] if known is None else known) for e, prev_id, known in todo]
             # the items' states ride on their last event of the page (dashboard/live_state.py)
-            states = publisher.item_states(layer, [(e, known) for e, _, known in todo])
+            try:
+                states = publisher.item_states(layer, [(e, known) for e, _, known in todo])
+            except Exception:  # the events still leave; a page without the state reads it back later
+                logger.exception("event pump: reading the item states after %s failed", todo[0][0].id)
+                states = {}
             last_of = {e.work_item_id: e.id for e, _, _ in todo}
             page_events = []
             for event, prev_id, known in todo:
