@@ -184,7 +184,8 @@ if REDIS_URL:
 
     CHANNEL_LAYERS = redis_channel_layers(REDIS_URL)
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
+    # channels' in-memory layer, its per-receive expiry sweep bounded (workcenter/memory_layer.py)
+    CHANNEL_LAYERS = {"default": {"BACKEND": "workcenter.memory_layer.InMemoryLayer", "CONFIG": {"capacity": 1000}}}
 
 WORKCENTER_DEFAULT_WORK_DIR = os.environ.get("WORKCENTER_DEFAULT_WORK_DIR", "")
 # The directories a work item's work_dir may name (itself or below), separated like PATH (`:`
