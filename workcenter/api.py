@@ -7,6 +7,7 @@ the domain's stable codes to HTTP statuses (API.md §0).
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 from django.conf import settings
@@ -68,6 +69,8 @@ from .schemas_in import (
     UpdateWorkItemIn,
     WorkItemListQuery,
 )
+
+logger = logging.getLogger("workcenter.api")
 
 STATUS_BY_CODE = {
     "bad_request": 400,
@@ -447,17 +450,25 @@ def _stale(run_id: str, payload, *, integration: bool = False) -> StaleRun:
 @worker.post("/claims", response={201: ClaimOut, 204: None, **WORKER_ERRORS})
 def action_claim(request, payload: ClaimIn):
     """Claim at most one ready action: 201 with the run holding the lease, 204 when nothing is claimable."""
-    claim = services.action_claim(owner_boot_id=payload.owner_boot_id, lease_ms=payload.lease_ms)
+    claim = _claim_out(payload)
     if claim is None:
         return Status(204, None)
+    return render.response(ClaimOut, claim, 201)
+
+
+def _claim_out(payload: ClaimIn) -> dict | None:
+    """Claim at most one ready action: what ClaimOut renders, or None when nothing is claimable."""
+    claim = services.action_claim(owner_boot_id=payload.owner_boot_id, lease_ms=payload.lease_ms)
+    if claim is None:
+        return None
     detail = _detail(claim.work_item.pk)
-    return render.response(ClaimOut, {
+    return {
         "work_item": detail,
         "action": detail.action(claim.action.pk),
         "run": claim.run,
         "dependencies": selectors.claim_dependencies(claim.action, claim.work_item, actions=detail.actions,
                                                      runs=detail.runs),
-    }, 201)
+    }
 
 
 @worker.post("/runs/{run_id}/renew", response={200: RenewOut, **WORKER_ERRORS})
@@ -482,12 +493,22 @@ def run_progress(request, run_id: PathId, payload: ProgressIn):
 
 @worker.post("/runs/{run_id}/submit", response={200: SubmitOut, **WORKER_ERRORS})
 def run_submit(request, run_id: PathId, payload: SubmitIn):
-    """Terminal submission (DOMAIN §7). Validation failures become a failed run, not an HTTP error."""
-    result = payload.model_dump(exclude_unset=True, exclude={"owner_boot_id", "lease_epoch"})
+    """Terminal submission (DOMAIN §7). Validation failures become a failed run, not an HTTP error.
+    With `claim_next`, the worker's next claim follows in the same request once the submission
+    has committed (`next`); a claim that fails for any reason leaves the submission as it is and
+    answers `next: null`."""
+    result = payload.model_dump(exclude_unset=True, exclude={"owner_boot_id", "lease_epoch", "claim_next"})
     run, action, item = services.run_submit(run_id=run_id, owner_boot_id=payload.owner_boot_id,
                                             lease_epoch=payload.lease_epoch, result=result)
     detail = _detail(item.pk)
-    return render.response(SubmitOut, {"run": run, "action": detail.action(action.pk), "work_item": detail})
+    following = None
+    if payload.claim_next is not None:
+        try:
+            following = _claim_out(payload.claim_next)
+        except Exception:  # committed already: the worker claims again on its own
+            logger.exception("claim_next after run %s failed", run_id)
+    return render.response(SubmitOut, {"run": run, "action": detail.action(action.pk), "work_item": detail,
+                                       "next": following})
 
 
 @worker.post("/runs/{run_id}/interrupt", response={200: InterruptOut, **WORKER_ERRORS})

@@ -5,6 +5,8 @@ worker protocol of API.md §3 returns, so an executor sees the same task as over
 """
 from __future__ import annotations
 
+import logging
+
 from django.db import close_old_connections, connection
 
 from .clock import iso_ms
@@ -12,6 +14,8 @@ from .errors import WorkcenterError
 from .selectors import claim_dependencies
 from .services import action_claim, run_interrupt, run_progress, run_renew, run_submit, runs_recover
 from .worker import StoreError
+
+logger = logging.getLogger("workcenter.worker")
 
 
 class LocalStore:
@@ -55,12 +59,19 @@ class LocalStore:
     def progress(self, run, progress):
         return run_progress(**self._fence(run), progress=progress) is not None
 
-    def submit(self, run, result):
+    def submit(self, run, result, claim_next=None):
         try:
             r, a, i = run_submit(**self._fence(run), result=result)
         except WorkcenterError as exc:
             raise StoreError(exc.message, exc.code) from None
-        return {"run": {"id": r.pk, "status": r.status, "error": r.error}, "work_item": {"id": i.pk, "status": i.status}}
+        following = None
+        if claim_next is not None:  # committed: a failed claim leaves the submission as it is
+            try:
+                following = self.claim(*claim_next)
+            except Exception:
+                logger.exception("claim_next after run %s failed", r.pk)
+        return {"run": {"id": r.pk, "status": r.status, "error": r.error}, "work_item": {"id": i.pk, "status": i.status},
+                "next": following}
 
     def interrupt(self, run, reason, final_progress):
         try:

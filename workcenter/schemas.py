@@ -428,6 +428,8 @@ class SubmitOut(Schema):
     run: RunOut
     action: ActionOut
     work_item: WorkItemDetailOut
+    next: Optional[ClaimOut] = Field(None, description="with `claim_next`: the worker's next claim, or null when "
+                                                       "nothing was claimable (always null without it)")
 
 
 class InterruptOut(Schema):

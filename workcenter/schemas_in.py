@@ -371,6 +371,10 @@ class SubmitIn(_Fence, _Counters):
     acceptance_checks: JsonValue = Field(None, description="one {criterion, status, evidence} per criterion, "
                                                            "in order")
     checkpoint: JsonValue = None
+    claim_next: Optional[ClaimIn] = Field(None, description=(
+        "claim the worker's next action in the same request, after the submission has committed (a "
+        "claim request's body): the answer's `next` is that claim (a claim response) or null when nothing "
+        "is claimable; a submission refused (stale fence) claims nothing"))
 
 
 def _final_progress_schema(schema: dict) -> None:

@@ -38,7 +38,7 @@ class WorkerStore(Protocol):
     def claim(self, boot_id: str, lease_ms: int) -> dict | None: ...
     def renew(self, run: dict, lease_ms: int) -> bool: ...
     def progress(self, run: dict, progress: dict) -> bool: ...
-    def submit(self, run: dict, result: dict) -> dict: ...
+    def submit(self, run: dict, result: dict, claim_next: tuple[str, int] | None = None) -> dict: ...
     def interrupt(self, run: dict, reason: str, final_progress: dict | None) -> bool: ...
     def thread_done(self) -> None: ...
 
@@ -78,6 +78,7 @@ class HttpStore:
                          "Accept": "application/json"}
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
+        self.claim_next = True  # the server takes `claim_next` on a submission (until it refuses it)
 
     def _acquire(self) -> http.client.HTTPConnection:
         with self._lock:
@@ -156,13 +157,27 @@ class HttpStore:
                 return False
             raise
 
-    def submit(self, run, result):
+    def submit(self, run, result, claim_next=None):
+        """Submit; with `claim_next` (boot id, lease ms) the answer's `next` is the next claim, made
+        in the same request. A server that does not know `claim_next` refuses it with 422 before
+        doing anything: the submission is sent again without it, and from then on never with it
+        (the worker's loop claims on its own, as it always did)."""
         # The store keeps the first 65,536 characters of a response (DOMAIN §12.3): sending more
         # would only risk the server's body limit (a 413) and lose the outcome with it.
         response = result.get("response")
         if isinstance(response, str) and len(response) > RESPONSE_CAP:
             result = {**result, "response": response[:RESPONSE_CAP]}
-        return self._call(f"/runs/{run['id']}/submit", {**self._fence(run), **result})[1]
+        body = {**self._fence(run), **result}
+        if claim_next is not None and self.claim_next:
+            try:
+                return self._call(f"/runs/{run['id']}/submit",
+                                  {**body, "claim_next": {"owner_boot_id": claim_next[0], "lease_ms": claim_next[1]}})[1]
+            except StoreError as exc:
+                if exc.code != "invalid_input" or "claim_next" not in str(exc):
+                    raise
+                self.claim_next = False
+                logger.info("the server does not know claim_next: claiming with separate requests")
+        return self._call(f"/runs/{run['id']}/submit", body)[1]
 
     def interrupt(self, run, reason, final_progress):
         body = {**self._fence(run), "reason": reason}
@@ -247,11 +262,12 @@ class Worker:
             logger.info("recovered %s run(s)", n)
         return n
 
-    def _start(self, task: dict) -> None:
+    def _start(self, task: dict, *, registered: bool = False) -> None:
         run = task["run"]
-        active = ActiveRun(task=task)
         with self.lock:
-            self.active[run["id"]] = active
+            active = self.active.get(run["id"]) if registered else None
+            if active is None:
+                active = self.active[run["id"]] = ActiveRun(task=task)
         active.thread = threading.Thread(target=self._execute, args=(active,), name=f"run-{run['id'][:8]}", daemon=True)
         active.thread.start()
 
@@ -299,9 +315,12 @@ class Worker:
                       **(active.last_progress or {})}
         finally:
             renew_stop.set()
+        following = None  # the next claim, made with the submission (one request per action)
         try:
             if result is not None and not active.stop.is_set():
-                self.store.submit(run, result)
+                claim_next = (self.boot_id, self.lease_ms) if self.state == "running" else None
+                answer = self.store.submit(run, result, claim_next)
+                following = answer.get("next") if isinstance(answer, dict) else None
                 self.completed += 1
         except StoreError as exc:
             if not STALE_PATTERN.search(str(exc)):
@@ -309,11 +328,24 @@ class Worker:
         except Exception:
             logger.exception("submit of run %s failed", run["id"])
         finally:
-            if not active.stop.is_set() or self.state == "running":
-                with self.lock:
+            with self.lock:
+                if not active.stop.is_set() or self.state == "running":
                     self.active.pop(run["id"], None)
+                start = following is not None and self.state == "running"
+                if start:  # takes this run's place: never above the concurrency
+                    self.active[following["run"]["id"]] = ActiveRun(task=following)
+            if start:
+                self._start(following, registered=True)
+            elif following is not None:  # claimed as the worker began to stop: give it back at once
+                self._give_back(following["run"])
             self.wake.set()
             self._thread_done()
+
+    def _give_back(self, run: dict) -> None:
+        try:
+            self.store.interrupt(run, "Work Center worker stopped", None)
+        except Exception:
+            logger.exception("giving back run %s failed (its lease expires)", run["id"])
 
     def _thread_done(self) -> None:
         try:

@@ -155,3 +155,31 @@ def test_a_response_longer_than_the_store_keeps_is_submitted_not_refused(server,
     assert out["run"]["id"] == task["run"]["id"] and out["run"]["status"] != "running"
     assert Run.objects.get(pk=task["run"]["id"]).response == output[:65536]
     store.close()
+
+
+def test_a_worker_needs_one_request_per_action_with_claim_next(server, token):
+    # given five ready items, and a worker over HTTP whose requests are counted
+    from workcenter.executors.simulated import SimulatedExecutor
+    from workcenter.worker import Worker
+
+    ids = {_item().pk for _ in range(5)}
+    store = HttpStore(server.url, token)
+    calls: list[str] = []
+    real_call = store._call
+
+    def counted(path, body):
+        calls.append(path.rsplit("/", 1)[-1] + ("+next" if "claim_next" in body else ""))
+        return real_call(path, body)
+    store._call = counted
+    worker = Worker(store, SimulatedExecutor(scale=0.01, failure_rate=0, waiting_rate=0, retry_rate=0),
+                    concurrency=1, lease_ms=30_000, boot_id="boot-one-trip")
+    # when it works until nothing is left
+    worker.run_forever(once=True)
+    # then each action after the first was claimed by the previous submission
+    finished = Run.objects.filter(work_item_id__in=ids, status="completed").count()
+    assert finished >= 5 and WorkItem.objects.filter(pk__in=ids, status="done").count() == 5
+    assert calls.count("claims") == 1, calls  # the first claim only
+    assert calls.count("submit+next") == finished
+    per_action = (len(calls) - calls.count("progress")) / finished
+    print(f"\n{finished} actions, {len(calls)} requests ({per_action:.2f} per action without progress reports)")
+    store.close()

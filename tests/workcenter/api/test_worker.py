@@ -52,7 +52,7 @@ def test_full_worker_flow_over_http(api, tmp_path):
 
         extra = {"review_decision": "approved"} if action["type"] == "review" else {}
         result = api.complete(claim, loop_count=3, total_tokens=150, **extra)
-        assert set(result) == {"run", "action", "work_item"}
+        assert set(result) == {"run", "action", "work_item", "next"} and result["next"] is None
         assert result["run"]["status"] == "completed", result["run"]["error"]
         assert result["run"]["loop_count"] == 3
         assert result["action"]["status"] == "completed"
