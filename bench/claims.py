@@ -281,7 +281,8 @@ def run_parallel(target, make_args, workers: int, label: str = "worker") -> tupl
     if errors:
         sys.exit(f"benchmark {label} failed:\n" + "\n".join(errors))
     merged = {"claims": [x for r in results for x in r["claims"]],
-              "submits": [x for r in results for x in r["submits"]]}
+              "submits": [x for r in results for x in r["submits"]],
+              "requests": sum(r.get("requests", 0) for r in results)}
     return merged, max(r["end"] for r in results) - t_start
 
 

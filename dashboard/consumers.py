@@ -45,6 +45,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from workcenter import item_state, render, selectors
 from workcenter.auth import VIEW
 from workcenter.errors import NotFound
+from workcenter.instruments import WEBSOCKET_CLIENTS
 
 from .live_state import MAX_HELLO_BYTES, overview_now
 from .publisher import event_message, hello_message, publisher
@@ -141,6 +142,7 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
         self._pending: collections.deque = collections.deque()  # group messages held during a replay
         self._read_to = 0  # a buffered message above this id was dropped: the replay reads up to it
         self._progress: dict = {}  # during a replay: the latest progress message of each run
+        self._counted = False  # in workcenter_websocket_clients (after its hello)
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -162,6 +164,8 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         await self.send_json(hello)
+        self._counted = True
+        WEBSOCKET_CLIENTS.inc()
         if after_id is None:
             self.last_id = hello["last_event_id"]
         else:
@@ -174,6 +178,9 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code) -> None:
         pump.consumer_left(self.channel_name)
+        if self._counted:
+            self._counted = False
+            WEBSOCKET_CLIENTS.dec()
 
     async def _refuse(self, code: int) -> None:
         await self.accept()

@@ -54,7 +54,7 @@ def start_daphne(port: int, env: dict | None = None, *, stdout=subprocess.DEVNUL
     env = dict(env or {})
     if env.get("DJANGO_DEBUG") == "0":  # a production server refuses the development key and any host
         env = {"DJANGO_SECRET_KEY": secrets.token_urlsafe(50), "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost", **env}
-    full_env = dict(os.environ, DATABASE_URL=database_url(), PYTHONUNBUFFERED="1", **env)
+    full_env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1", **env}
     full_env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # servers keep Django's async safety checks
     proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                              "workcenter.asgi:application"], cwd=ROOT, env=full_env,

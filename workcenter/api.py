@@ -24,6 +24,7 @@ from . import overview as overview_figures
 from . import item_state, render, selectors, services
 from .auth import CHANGE, DEFINE_WORKFLOWS, RUN_ACTIONS, VIEW, actor_of, api_auth
 from .errors import BadRequest, InvalidInput, StaleRun, WorkcenterError
+from .instruments import CLAIM_SECONDS, SUBMIT_SECONDS
 from .services import bulk
 from .services.normalize import UNSTORABLE
 from .schemas import (
@@ -450,10 +451,11 @@ def _stale(run_id: str, payload, *, integration: bool = False) -> StaleRun:
 @worker.post("/claims", response={201: ClaimOut, 204: None, **WORKER_ERRORS})
 def action_claim(request, payload: ClaimIn):
     """Claim at most one ready action: 201 with the run holding the lease, 204 when nothing is claimable."""
-    claim = _claim_out(payload)
-    if claim is None:
-        return Status(204, None)
-    return render.response(ClaimOut, claim, 201)
+    with CLAIM_SECONDS.time():
+        claim = _claim_out(payload)
+        if claim is None:
+            return Status(204, None)
+        return render.response(ClaimOut, claim, 201)
 
 
 def _claim_out(payload: ClaimIn) -> dict | None:
@@ -497,6 +499,11 @@ def run_submit(request, run_id: PathId, payload: SubmitIn):
     With `claim_next`, the worker's next claim follows in the same request once the submission
     has committed (`next`); a claim that fails for any reason leaves the submission as it is and
     answers `next: null`."""
+    with SUBMIT_SECONDS.time():
+        return _submit(run_id, payload)
+
+
+def _submit(run_id: str, payload: SubmitIn) -> HttpResponse:
     result = payload.model_dump(exclude_unset=True, exclude={"owner_boot_id", "lease_epoch", "claim_next"})
     run, action, item = services.run_submit(run_id=run_id, owner_boot_id=payload.owner_boot_id,
                                             lease_epoch=payload.lease_epoch, result=result)

@@ -205,6 +205,9 @@ WORKCENTER_EVENT_POLL_MS = int(os.environ.get("WORKCENTER_EVENT_POLL_MS", "50"))
 # after the events that change it, at most once a second per publishing process. "0" turns the
 # pushes off (the list page then shows the overview as it loaded, and counts from the events).
 WORKCENTER_STREAM_OVERVIEW = os.environ.get("WORKCENTER_STREAM_OVERVIEW", "1") not in ("0", "false", "no", "")
+# A bearer token that may read GET /metrics and nothing else (for a Prometheus scrape job); empty:
+# only users with workcenter.view_workitem (session or API token) may.
+WORKCENTER_METRICS_TOKEN = os.environ.get("WORKCENTER_METRICS_TOKEN", "")
 # Threads serving HTTP requests per server process (workcenter/handlers.py), each with its own
 # database connection.
 WORKCENTER_HTTP_THREADS = int(os.environ.get("WORKCENTER_HTTP_THREADS", "8"))

@@ -1,0 +1,175 @@
+"""`GET /metrics` (Prometheus text format) and `GET /healthz`, for operators and load balancers.
+
+Where each figure comes from, and why:
+
+* **From the database, at scrape time** (one `StoreCollector` pass, a handful of indexed
+  aggregates): work items by status; actions ready and claimable, ready and blocked, running,
+  waiting; runs started and finished by outcome; runs recovered and, of those, the ones whose
+  lease had expired; running runs whose lease has expired and that nobody has recovered yet;
+  events appended (the highest event id). These are counts of stored rows, so they are right
+  whichever process (web servers, workers, commands) did the work, and a restart loses nothing —
+  the reason they are read rather than counted in memory: a worker beside the database never
+  passes through the web process that is scraped. As Prometheus counters they only grow while
+  rows are never deleted (the store deletes none).
+* **In the process, as it happens**: claim and submit latency (histograms of the API's worker
+  routes, in seconds) and the websocket clients connected. They describe the process that
+  answers the scrape; with several web processes, scrape each (or set `PROMETHEUS_MULTIPROC_DIR`
+  to one directory per machine: prometheus-client's multiprocess mode then sums the processes
+  that share it).
+
+Access: `workcenter.view_workitem` (session or `Authorization: Bearer <API token>`), or
+`Authorization: Bearer <WORKCENTER_METRICS_TOKEN>` when that setting is set (a scrape token that
+reads only this page). `/healthz` needs nothing and says only ok or not.
+"""
+from __future__ import annotations
+
+import hmac
+import time
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Count, F, Max, Q
+from django.http import HttpRequest, HttpResponse, JsonResponse
+import redis
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from . import clock
+from .api import error_body
+from .auth import VIEW, api_token_user, user_has_perm
+from .choices import ActionStatus, RunStatus, WorkItemStatus
+from .instruments import CLAIM_SECONDS, MULTIPROCESS, SUBMIT_SECONDS, WEBSOCKET_CLIENTS
+from .models import Action, Event, Run, WorkItem
+from .redis_layer import redis_host
+from .services.recovery import RECOVERY_ERROR, STALE_ERROR
+
+HEALTH_TIMEOUT = 2.0  # seconds a health check waits for Redis
+
+class StoreCollector:
+    """The figures read from the database at each scrape (module doc)."""
+
+    def collect(self):
+        items = dict(WorkItem.objects.order_by().values_list("status").annotate(n=Count("pk")))
+        family = GaugeMetricFamily("workcenter_work_items", "Work items by status", labels=["status"])
+        for status in WorkItemStatus.values:
+            family.add_metric([status], items.get(status, 0))
+        yield family
+
+        actions = Action.objects.aggregate(
+            ready_claimable=Count("pk", filter=Q(status=ActionStatus.READY, claimable=True)),
+            ready_blocked=Count("pk", filter=Q(status=ActionStatus.READY, claimable=False)),
+            running=Count("pk", filter=Q(status=ActionStatus.RUNNING)),
+            waiting=Count("pk", filter=Q(status=ActionStatus.WAITING)))
+        family = GaugeMetricFamily("workcenter_actions", "Actions ready (claimable now or blocked), running, "
+                                                         "waiting on a person", labels=["state"])
+        for state, n in actions.items():
+            family.add_metric([state], n or 0)
+        yield family
+
+        now = clock.now()
+        runs = dict(Run.objects.order_by().values_list("status").annotate(n=Count("pk")))
+        yield CounterMetricFamily("workcenter_runs_started", "Runs started (claims)", value=sum(runs.values()))
+        family = CounterMetricFamily("workcenter_runs_finished", "Runs finished, by outcome", labels=["outcome"])
+        for status in RunStatus.values:
+            if status != RunStatus.RUNNING:
+                family.add_metric([status], runs.get(status, 0))
+        yield family
+        recovered = Run.objects.aggregate(
+            recovered=Count("pk", filter=Q(error__in=[RECOVERY_ERROR, STALE_ERROR])),
+            expired=Count("pk", filter=Q(error__in=[RECOVERY_ERROR, STALE_ERROR], ended_at__gt=F("expires_at"))),
+            overdue=Count("pk", filter=Q(status=RunStatus.RUNNING, expires_at__lt=now)))
+        yield CounterMetricFamily("workcenter_runs_recovered", "Runs ended by a recovery (their worker was gone "
+                                                               "or no longer owned the action)",
+                                  value=recovered["recovered"])
+        yield CounterMetricFamily("workcenter_lease_expiries", "Runs recovered after their lease had expired",
+                                  value=recovered["expired"])
+        yield GaugeMetricFamily("workcenter_runs_lease_expired", "Running runs whose lease has expired, not "
+                                                                 "recovered yet", value=recovered["overdue"])
+        last = Event.objects.aggregate(last=Max("pk"))["last"] or 0
+        yield CounterMetricFamily("workcenter_events_appended", "Events appended (the highest event id)", value=last)
+
+
+def _registry() -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector())
+    if MULTIPROCESS:
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        for collector in (CLAIM_SECONDS, SUBMIT_SECONDS, WEBSOCKET_CLIENTS):
+            registry.register(collector)
+    return registry
+
+
+def _bearer(request: HttpRequest) -> str | None:
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def _allowed(request: HttpRequest) -> tuple[bool, int]:
+    """(allowed, status when not): the scrape token, an API token or a session with the view
+    permission."""
+    raw = _bearer(request)
+    scrape = getattr(settings, "WORKCENTER_METRICS_TOKEN", "")
+    if raw is not None:
+        if scrape and hmac.compare_digest(raw.encode(), scrape.encode()):
+            return True, 200
+        user = api_token_user(raw, permission=VIEW)
+        if user is None:
+            return False, 401
+        return user_has_perm(user, VIEW), 403
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return False, 401
+    return user_has_perm(user, VIEW), 403
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    allowed, status = _allowed(request)
+    if not allowed:
+        if status == 401:
+            return JsonResponse(error_body("not_authenticated", "credentials are required: a session, an API "
+                                                                "token or the scrape token"), status=401)
+        return JsonResponse(error_body("permission_denied", f"permission denied: {VIEW} is required",
+                                       {"permission": VIEW}), status=403)
+    return HttpResponse(generate_latest(_registry()), content_type=CONTENT_TYPE_LATEST)
+
+
+# --- health ----------------------------------------------------------------------------------------
+
+def _database() -> str:
+    try:
+        connection.ensure_connection()
+        if not connection.is_usable():
+            connection.close()
+            return "unavailable: the connection does not answer"
+        return "ok"
+    except Exception as exc:  # any driver error means: not healthy
+        connection.close()
+        return f"unavailable: {type(exc).__name__}"
+
+
+def _channel_layer() -> str:
+    url = getattr(settings, "REDIS_URL", "")
+    if not url:
+        return "ok"  # the in-memory layer lives in this process
+    try:
+        client = redis.Redis.from_url(redis_host(url)["address"], socket_timeout=HEALTH_TIMEOUT,
+                                      socket_connect_timeout=HEALTH_TIMEOUT)
+        try:
+            client.ping()
+        finally:
+            client.close()
+        return "ok"
+    except Exception as exc:
+        return f"unavailable: {type(exc).__name__}"
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """200 `{"status": "ok", ...}` when the database and the channel layer answer, else 503 with
+    what failed. No credentials: it says nothing but whether the parts answer."""
+    started = time.monotonic()
+    checks = {"database": _database(), "channel_layer": _channel_layer()}
+    ok = all(v == "ok" for v in checks.values())
+    body = {"status": "ok" if ok else "unavailable", **checks, "ms": round((time.monotonic() - started) * 1000, 1)}
+    return JsonResponse(body, status=200 if ok else 503)
