@@ -68,6 +68,17 @@ def item_group(item_id: str) -> str:
     return "workcenter.item.h" + hashlib.sha256(item_id.encode("utf-8")).hexdigest()[:40]
 
 
+CLAIMS_GROUP = "workcenter.claims"  # the long-poll claims' wake-ups (dashboard/longpoll.py)
+WAKE = {"type": "claims.wake"}
+
+
+def wakes_claims(event_type: str) -> bool:
+    """Whether a committed event of this type may have made an action claimable (every event but
+    a claim: a new or started item, a completed action's dependants, a run that ended and freed
+    its workspace, a retry, a reset, a recovery, an ended reservation …)."""
+    return event_type != "run.claimed"
+
+
 def groups_of(item_id: str) -> list[str]:
     """The groups an event or progress report of this item goes to."""
     return [ITEMS_GROUP, item_group(item_id)]
@@ -392,6 +403,8 @@ class Publisher:
         self.local.remember(event.id)
         try:
             layer = self.layer()
+            if layer is not None and wakes_claims(event.type):
+                self.wake_claims(layer)
             if layer is not None and may_have_members(layer, groups_of(event.work_item_id)):
                 self.batcher().put((event, layer))
         except Exception:  # the commit already happened; a lost message is covered by the cursor
@@ -451,6 +464,11 @@ class Publisher:
         if not heard:
             return {}
         return self.states.states({i: firsts[i] for i in heard}, {i: lasts[i] for i in heard})
+
+    def wake_claims(self, layer) -> None:
+        """Something may have become claimable: one wake to the long-poll claims (dashboard/longpoll.py)."""
+        if may_have_members(layer, [CLAIMS_GROUP]):
+            self.send(layer, [CLAIMS_GROUP], WAKE)
 
     def overview_changed(self, layer) -> None:
         """Events went to the list's group: its overview follows (OverviewPush)."""

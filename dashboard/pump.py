@@ -55,7 +55,7 @@ from django.conf import settings
 from workcenter import events, selectors
 from workcenter.models import Event
 
-from .publisher import ITEMS_GROUP, groups_of, may_have_members, publisher
+from .publisher import ITEMS_GROUP, groups_of, may_have_members, publisher, wakes_claims
 
 logger = logging.getLogger("workcenter.events.pump")
 
@@ -142,6 +142,7 @@ class EventPump:
         layer = get_channel_layer()
         todo: list[tuple] = []
         item_previous: dict[str, int] = {}
+        wake = False  # another process committed what may make an action claimable
         for event in page:
             prev_id = self.cursor
             self.cursor = event.id
@@ -149,6 +150,7 @@ class EventPump:
             item_previous[event.work_item_id] = event.id
             if publisher.published_here(event.id):
                 continue  # this process publishes it after its commit: no second copy
+            wake = wake or wakes_claims(event.type)
             if may_have_members(layer, groups_of(event.work_item_id)):
                 todo.append((event, prev_id, known))
         if todo:
@@ -174,6 +176,8 @@ class EventPump:
             self.published += publisher.publish_page(page_events)
             if may_have_members(layer, [ITEMS_GROUP]):
                 publisher.overview_changed(layer)
+        if wake:
+            publisher.wake_claims(layer)
         return len(page) == PAGE
 
 

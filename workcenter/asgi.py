@@ -24,7 +24,9 @@ from workcenter.staticfiles import StaticFilesApp  # noqa: E402
 # itself, debug on or off, so a single daphne process works offline without a separate web
 # server (workcenter/staticfiles.py). Websockets: the live stream of API.md §4 (origin and
 # credential checks in dashboard/routing.py).
+from dashboard.longpoll import LongPollClaims  # noqa: E402
+
 application = ProtocolTypeRouter({
-    "http": StaticFilesApp(django_asgi_app),
+    "http": LongPollClaims(StaticFilesApp(django_asgi_app)),
     "websocket": websocket_application,
 })

@@ -22,3 +22,5 @@ SUBMIT_SECONDS = Histogram("workcenter_submit_seconds", "Time to answer POST /ap
                            buckets=LATENCY_BUCKETS, registry=None)
 WEBSOCKET_CLIENTS = Gauge("workcenter_websocket_clients", "Websocket clients connected", registry=None,
                           multiprocess_mode="livesum")
+PARKED_CLAIMS = Gauge("workcenter_parked_claims", "Long-poll claims waiting for claimable work", registry=None,
+                      multiprocess_mode="livesum")

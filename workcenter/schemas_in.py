@@ -294,6 +294,10 @@ class _Fence(InputSchema):
 class ClaimIn(InputSchema):
     owner_boot_id: NonBlankText
     lease_ms: DurationMs = 60_000
+    wait_ms: _integer(0, 30_000) = Field(0, description=(
+        "long poll: when nothing is claimable, wait up to this many ms for an action to become claimable "
+        "(the server holds no thread or database connection meanwhile), then answer 204; 0 answers at once. "
+        "Served by the ASGI server (dashboard/longpoll.py)"))
 
 
 class RenewIn(_Fence):

@@ -1,6 +1,8 @@
 """schemathesis hooks of the OpenAPI run (test_openapi_fuzz.py), loaded by the `st` process
 through SCHEMATHESIS_HOOKS.
 
+* A claim's `wait_ms` is capped at 20 ms (a long poll with nothing claimable answers 204 at its
+  deadline, and the run has a time budget).
 * Seeded state: half of the generated item and run ids are replaced by ids the test seeded, so
   the 200 paths are exercised and not only the 404/409 ones; a positive worker call aimed at a
   seeded run carries, one time in two, that run's fence, and a positive `work_dir` a directory
@@ -85,6 +87,9 @@ def map_case(context, case):
     fence = SEEDED.get("fence", {}).get((case.path_parameters or {}).get("run_id"))
     if fence and "owner_boot_id" in body and "lease_epoch" in body and _pick([fence], text):
         body = {**body, "owner_boot_id": fence[0], "lease_epoch": fence[1]}
+    if case.operation.path.endswith("/claims") and isinstance(body.get("wait_ms"), (int, float)) \
+            and not isinstance(body["wait_ms"], bool) and body["wait_ms"] > 20:
+        body = {**body, "wait_ms": 20}  # a long poll answers at its deadline: up to 30 s each would eat the budget
     if case.operation.path.endswith("/recoveries") and SEEDED.get("fence"):
         body = {**body, "owner_boot_id": next(iter(SEEDED["fence"].values()))[0]}
     case.body = body

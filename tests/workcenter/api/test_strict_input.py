@@ -72,8 +72,8 @@ INTEGER_QUERY_FIELDS = _integer_query_fields()
 def test_the_document_has_the_integer_fields_this_file_knows():
     # a new integer field lands in the parametrised tests below by itself; this guards the walk
     names = {f for _m, _p, f in INTEGER_BODY_FIELDS}
-    assert {"lease_ms", "lease_epoch", "expected_revision", "revision", "reservation_ms"} <= names
-    assert len(INTEGER_BODY_FIELDS) == 13
+    assert {"lease_ms", "lease_epoch", "expected_revision", "revision", "reservation_ms", "wait_ms"} <= names
+    assert len(INTEGER_BODY_FIELDS) == 14
     assert {name for _p, name in INTEGER_QUERY_FIELDS} == {"limit", "after_id"}
 
 

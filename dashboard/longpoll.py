@@ -1,0 +1,233 @@
+"""Long-poll claims: `POST /api/v1/claims` with `wait_ms` parks until an action may be claimable.
+
+The claim itself is the API's ordinary route, run by the ordinary request cycle (a request thread
+and its database connection, for the few milliseconds an attempt takes). What this ASGI
+middleware adds is the wait between attempts, as a coroutine on the server's event loop: a parked
+request holds **no request thread and no database connection**.
+
+Wake-ups. Every process that commits an event that may make an action claimable (any event but
+`run.claimed`: an item created or started, an action completed — its dependants may now run —,
+a run that ended and freed its workspace, a retry, a reset, a recovery, an interrupt, an ended
+integration reservation …) sends one `claims.wake` message to the channel-layer group
+`workcenter.claims` (dashboard/publisher.py, after the commit; on the embedded default the event
+pump, which runs while a claim is parked, does the same for what other processes committed). Each web process listens to that group
+with one channel (`Parked`, started by its first long-poll) and, per wake, wakes **one** of its
+parked requests, oldest first. That request claims again: when it gets an action it wakes the next
+one (one event can make several actions claimable), when it gets nothing it parks again — so a
+new action costs at most one failed claim per web process, not one per parked worker.
+
+No lost wake-up: a request registers as parked *before* each attempt; a wake that arrives while
+it is attempting is kept and makes it attempt again at once instead of parking, and a request
+that leaves (claimed, deadline, disconnect) holding a wake passes it on. At the deadline the
+answer is 204, as without `wait_ms`. A client that disconnects while parked is forgotten at once.
+Across processes this needs the Redis layer (or the event pump, for events other processes
+commit on the embedded default); a parked request also tries again every `RETRY_SECONDS`, so a
+wake that never comes (a layer message dropped) costs latency, never the claim.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import time
+
+from channels.layers import get_channel_layer
+
+from workcenter.instruments import PARKED_CLAIMS
+
+from .publisher import CLAIMS_GROUP
+from .pump import pump
+
+logger = logging.getLogger("workcenter.claims")
+
+CLAIMS_PATH = "/api/v1/claims"
+MAX_WAIT_MS = 30_000
+MAX_BODY = 64 * 1024  # a claim body is a few dozen bytes; a larger one goes to the route as it is
+RETRY_SECONDS = 5.0
+REJOIN_SECONDS = 600.0  # the listener renews its group membership (layers expire them after a day)
+
+
+class Parked:
+    """This process's parked long-poll claims, and the one channel that wakes them."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.queue: collections.deque = collections.deque()  # futures, oldest first
+        self.listener: asyncio.Task | None = None
+        self.wakes = 0
+
+    async def listen(self, layer) -> None:
+        """Start the listener on this loop (once); returns when it has joined the group."""
+        loop = asyncio.get_running_loop()
+        if self.loop is not loop:  # first use, or a new loop (tests run one per scenario)
+            self.loop, self.queue, self.listener = loop, collections.deque(), None
+        if self.listener is None or self.listener.done():
+            joined = loop.create_future()
+            self.listener = loop.create_task(self._listen(layer, joined), name="workcenter-claims-listener")
+            await joined
+
+    async def _listen(self, layer, joined: asyncio.Future) -> None:
+        channel = await layer.new_channel("claims.")
+        try:
+            await layer.group_add(CLAIMS_GROUP, channel)
+        finally:
+            if not joined.done():
+                joined.set_result(None)
+        while True:
+            try:
+                await asyncio.wait_for(layer.receive(channel), REJOIN_SECONDS)
+            except asyncio.TimeoutError:
+                await layer.group_add(CLAIMS_GROUP, channel)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the layer hiccupped: parked requests still retry on their own
+                logger.exception("the claims listener failed to receive; listening again")
+                await asyncio.sleep(1.0)
+                continue
+            self.wakes += 1
+            self.wake_one()
+
+    def park(self) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        self.queue.append(future)
+        return future
+
+    def wake_one(self) -> None:
+        while self.queue:
+            future = self.queue.popleft()
+            if not future.done():
+                future.set_result(True)
+                return
+
+    def leave(self, future: asyncio.Future) -> None:
+        """A request stops waiting: a wake it holds goes to the next one."""
+        if future.done() and not future.cancelled():
+            self.wake_one()
+        else:
+            future.cancel()
+            try:
+                self.queue.remove(future)
+            except ValueError:
+                pass
+
+
+parked = Parked()
+
+
+def _wait_ms(body: bytes) -> int:
+    """The request's `wait_ms` when it is a valid one above 0, else 0 (the route validates it)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return 0
+    value = data.get("wait_ms") if isinstance(data, dict) else None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # a JSON number without a fractional part is the integer it names
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_WAIT_MS:
+        return 0
+    return value
+
+
+class LongPollClaims:
+    """ASGI middleware in front of the HTTP application (see the module doc)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != CLAIMS_PATH:
+            return await self.app(scope, receive, send)
+        body, whole = await _read(receive)
+        wait_ms = _wait_ms(body) if whole else 0
+        layer = get_channel_layer()
+        if wait_ms == 0 or layer is None:
+            return await self.app(scope, _replay(body, receive, whole), send)
+        await self.long_poll(scope, receive, send, body, wait_ms, layer)
+
+    async def long_poll(self, scope, receive, send, body: bytes, wait_ms: int, layer) -> None:
+        deadline = time.monotonic() + wait_ms / 1000
+        await parked.listen(layer)  # subscribed before the first attempt: no wake is missed
+        # on the embedded default the event pump brings other processes' commits (and their wakes)
+        watcher = f"claims!{id(scope)}"
+        await pump.consumer_joined(watcher)
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            while True:
+                future = parked.park()
+                start, chunks = await self._attempt(scope, body)
+                remaining = deadline - time.monotonic()
+                if start["status"] != 204 or remaining <= 0 or gone.done():
+                    # a wake it holds goes on: after a claim, more may be claimable
+                    parked.leave(future)
+                    if not gone.done():
+                        await send(start)
+                        for chunk in chunks:
+                            await send(chunk)
+                    return
+                PARKED_CLAIMS.inc()
+                try:
+                    await asyncio.wait({future, gone}, timeout=min(remaining, RETRY_SECONDS),
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    PARKED_CLAIMS.dec()
+                if gone.done():
+                    parked.leave(future)
+                    return
+                if not future.done():
+                    parked.leave(future)  # the deadline or the periodic retry: try again (or answer 204)
+        finally:
+            gone.cancel()
+            pump.consumer_left(watcher)
+
+    async def _attempt(self, scope, body: bytes) -> tuple[dict, list[dict]]:
+        """One claim through the HTTP application; its response messages, held."""
+        messages: list[dict] = []
+
+        async def hold(message):
+            messages.append(message)
+
+        await self.app(scope, _replay(body, None, True), hold)
+        start = next(m for m in messages if m["type"] == "http.response.start")
+        return start, [m for m in messages if m["type"] == "http.response.body"]
+
+
+async def _read(receive) -> tuple[bytes, bool]:
+    """The body up to MAX_BODY; (what was read, whether that is all of it)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(chunks), False
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks), True
+        if size > MAX_BODY:
+            return b"".join(chunks), False
+
+
+def _replay(body: bytes, receive, whole: bool):
+    """A `receive` that gives `body` first (with more to come from `receive` when not whole),
+    then waits for the client to go."""
+    sent = False
+
+    async def replay():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": not whole}
+        if receive is not None:
+            return await receive()
+        await asyncio.Future()  # a held attempt never reads past its body
+
+    return replay
+
+
+async def _disconnected(receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return

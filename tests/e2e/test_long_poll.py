@@ -1,0 +1,216 @@
+"""Long-poll claims against real daphne processes: a parked claim wakes when an action becomes
+claimable (committed by the same server, by another process, by another server over Redis), at
+its deadline it answers 204, a client that leaves frees its place; and no wake-up is lost between
+an empty attempt and the park."""
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import os
+import socket
+import threading
+import time
+
+import pytest
+import redis
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.contrib.auth.models import Permission, User
+
+from dashboard import longpoll
+from dashboard.publisher import publisher
+from tests.live import free_port, start_daphne, stop_process, wait_until
+from workcenter import services
+from workcenter.auth import api_token_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REDIS_URL = os.environ.get("WORKCENTER_TEST_REDIS_URL", "redis://127.0.0.1:6379/3")
+
+
+def _token() -> str:
+    user = User.objects.create_user(f"robot-{User.objects.count()}")
+    user.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label="workcenter", codename__in=["view_workitem", "change_workitem", "run_actions"]))
+    return api_token_create(user=user, name="long-poll")[1]
+
+
+def _call(port: int, token: str, method: str, path: str, body=None, timeout: float = 60) -> tuple[int, dict | None]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp.status, (json.loads(raw) if raw else None)
+    finally:
+        conn.close()
+
+
+class Parked(threading.Thread):
+    """A worker's long-poll claim on a thread: its answer and when it came."""
+
+    def __init__(self, port: int, token: str, wait_ms: int, boot: str = "boot-long"):
+        super().__init__(daemon=True)
+        self.args = (port, token, "POST", "/api/v1/claims", {"owner_boot_id": boot, "wait_ms": wait_ms})
+        self.started_at = self.answered_at = None
+        self.status = self.body = None
+
+    def run(self):
+        self.started_at = time.monotonic()
+        self.status, self.body = _call(*self.args)
+        self.answered_at = time.monotonic()
+
+
+def _create(port: int, token: str, title: str) -> dict:
+    status, body = _call(port, token, "POST", "/api/v1/work-items",
+                         {"title": title, "goal": "g", "work_item_type": "software-change"})
+    assert status == 201, body
+    return body
+
+
+def _parked(port: int, token: str) -> float:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"})
+    text = conn.getresponse().read().decode()
+    conn.close()
+    line = next(line for line in text.splitlines() if line.startswith("workcenter_parked_claims "))
+    return float(line.split()[1])
+
+
+@pytest.fixture
+def server():
+    port = free_port()
+    proc = start_daphne(port, {"WORKCENTER_LOG_LEVEL": "WARNING"})
+    yield port
+    stop_process(proc)
+
+
+def test_a_parked_claim_wakes_when_the_same_server_makes_an_action_claimable(server):
+    token = _token()
+    waiter = Parked(server, token, 20_000)
+    waiter.start()
+    assert wait_until(lambda: _parked(server, token) == 1, 10)
+    # when an item is created through the same server
+    t0 = time.monotonic()
+    item = _create(server, token, "Wake me")
+    waiter.join(10)
+    # then the parked claim took its first action at once
+    assert waiter.status == 201, waiter.body
+    assert waiter.body["work_item"]["id"] == item["id"]
+    print(f"\nwoken {1000 * (waiter.answered_at - t0):.0f} ms after the create request began")
+    assert waiter.answered_at - t0 < 1.0
+    assert _parked(server, token) == 0
+
+
+def test_a_parked_claim_wakes_for_another_process_commit_and_answers_204_at_its_deadline(server):
+    token = _token()
+    # nothing claimable: 204 at the deadline, not before
+    t0 = time.monotonic()
+    assert _call(server, token, "POST", "/api/v1/claims", {"owner_boot_id": "boot-d", "wait_ms": 400})[0] == 204
+    assert 0.4 <= time.monotonic() - t0 < 2.0
+    # a commit of another process (this test's, beside the database) reaches the parked claim
+    waiter = Parked(server, token, 20_000)
+    waiter.start()
+    assert wait_until(lambda: _parked(server, token) == 1, 10)
+    t0 = time.monotonic()
+    services.work_item_create(title="From elsewhere", goal="g", work_item_type="software-change", actor="test")
+    waiter.join(10)
+    assert waiter.status == 201, waiter.body
+    print(f"\nwoken {1000 * (waiter.answered_at - t0):.0f} ms after another process's commit")
+    assert waiter.answered_at - t0 < 1.0
+
+
+def test_a_client_that_leaves_while_parked_is_forgotten(server):
+    token = _token()
+    sock = socket.create_connection(("127.0.0.1", server))
+    body = json.dumps({"owner_boot_id": "boot-gone", "wait_ms": 30_000}).encode()
+    sock.sendall(b"POST /api/v1/claims HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 + f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    assert wait_until(lambda: _parked(server, token) == 1, 10)
+    sock.close()
+    assert wait_until(lambda: _parked(server, token) == 0, 5)
+    # and the action that then appears is claimed by nobody on its behalf
+    _create(server, token, "After the leave")
+    time.sleep(0.5)
+    status, body = _call(server, token, "POST", "/api/v1/claims", {"owner_boot_id": "boot-next"})
+    assert status == 201 and body["run"]["owner_boot_id"] == "boot-next"
+
+
+def test_many_parked_claims_and_one_new_action_one_claims_it_the_rest_stay_parked(server):
+    token = _token()
+    waiters = [Parked(server, token, 6_000, boot=f"boot-{i}") for i in range(8)]
+    for w in waiters:
+        w.start()
+    assert wait_until(lambda: _parked(server, token) == 8, 10)
+    _create(server, token, "Only one")
+    assert wait_until(lambda: sum(w.status == 201 for w in waiters) == 1, 5)
+    time.sleep(0.3)
+    assert _parked(server, token) == 7  # the others parked again (at most one tried and found nothing)
+    for w in waiters:
+        w.join(10)
+    assert sorted(w.status for w in waiters) == [201] + [204] * 7
+
+
+def test_no_wake_is_lost_between_an_empty_attempt_and_the_park(transactional_db):
+    """The action becomes claimable while the attempt that finds nothing is still running: the wake
+    that follows must make the request try again at once, not sleep until its deadline."""
+    layer = get_channel_layer()
+    attempts: list[float] = []
+
+    async def app(scope, receive, send):  # the claim route, controlled: empty first, then a claim
+        await receive()
+        attempts.append(time.monotonic())
+        if len(attempts) == 1:
+            publisher.wake_claims(layer)  # the commit lands during the empty attempt
+            await asyncio.sleep(0.05)  # and its wake arrives before the attempt answers
+            status = 204
+        else:
+            status = 201
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def scenario():
+        sent: list[dict] = []
+        body = json.dumps({"owner_boot_id": "b", "wait_ms": 5_000}).encode()
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive():
+            if messages:
+                return messages.pop()
+            await asyncio.sleep(3600)
+
+        async def send(message):
+            sent.append(message)
+
+        t0 = time.monotonic()
+        await longpoll.LongPollClaims(app)({"type": "http", "method": "POST", "path": "/api/v1/claims"},
+                                           receive, send)
+        return sent, time.monotonic() - t0
+
+    publisher.register()
+    sent, took = async_to_sync(scenario)()
+    assert sent[0]["status"] == 201 and len(attempts) == 2
+    assert took < 1.0, took  # not the 5 s deadline, nor the periodic retry
+
+
+def test_a_parked_claim_on_one_server_wakes_for_a_commit_on_another_over_redis():
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    token = _token()
+    env = {"REDIS_URL": REDIS_URL, "WORKCENTER_LOG_LEVEL": "WARNING"}
+    port_a, port_b = free_port(), free_port()
+    procs = [start_daphne(port_a, env), start_daphne(port_b, env)]
+    try:
+        waiter = Parked(port_a, token, 20_000)
+        waiter.start()
+        assert wait_until(lambda: _parked(port_a, token) == 1, 10)
+        t0 = time.monotonic()
+        item = _create(port_b, token, "Across servers")
+        waiter.join(10)
+        assert waiter.status == 201 and waiter.body["work_item"]["id"] == item["id"]
+        print(f"\nwoken across servers {1000 * (waiter.answered_at - t0):.0f} ms after the create began")
+        assert waiter.answered_at - t0 < 1.0
+    finally:
+        for p in procs:
+            stop_process(p)
