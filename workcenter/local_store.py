@@ -24,7 +24,9 @@ class LocalStore:
     def recover(self, boot_id):
         return runs_recover(current_boot_id=boot_id, expired_only=True)
 
-    def claim(self, boot_id, lease_ms):
+    long_poll = False  # beside the database the worker's loop polls (it has no event loop to park on)
+
+    def claim(self, boot_id, lease_ms, wait_ms=0):
         close_old_connections()
         c = action_claim(owner_boot_id=boot_id, lease_ms=lease_ms)
         if c is None:

@@ -12,7 +12,9 @@ import json
 import logging
 import re
 import select
+import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -35,7 +37,7 @@ class StoreError(Exception):
 
 class WorkerStore(Protocol):
     def recover(self, boot_id: str) -> int: ...
-    def claim(self, boot_id: str, lease_ms: int) -> dict | None: ...
+    def claim(self, boot_id: str, lease_ms: int, wait_ms: int = 0) -> dict | None: ...
     def renew(self, run: dict, lease_ms: int) -> bool: ...
     def progress(self, run: dict, progress: dict) -> bool: ...
     def submit(self, run: dict, result: dict, claim_next: tuple[str, int] | None = None) -> dict: ...
@@ -79,6 +81,8 @@ class HttpStore:
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
         self.claim_next = True  # the server takes `claim_next` on a submission (until it refuses it)
+        self.long_poll = True  # the server takes `wait_ms` on a claim (until it refuses it)
+        self._waiting: set = set()  # connections of long-poll claims in flight
 
     def _acquire(self) -> http.client.HTTPConnection:
         with self._lock:
@@ -103,9 +107,12 @@ class HttpStore:
         for conn in idle:
             conn.close()
 
-    def _call(self, path: str, body: dict) -> tuple[int, Any]:
+    def _call(self, path: str, body: dict, waiting: bool = False) -> tuple[int, Any]:
         data = json.dumps(body).encode("utf-8")
         conn = self._acquire()
+        if waiting:
+            with self._lock:
+                self._waiting.add(conn)
         try:
             conn.request("POST", self._path + path, body=data, headers=self._headers)
             resp = conn.getresponse()
@@ -113,6 +120,10 @@ class HttpStore:
         except BaseException:
             conn.close()
             raise
+        finally:
+            if waiting:
+                with self._lock:
+                    self._waiting.discard(conn)
         if resp.will_close:
             conn.close()
         else:
@@ -135,9 +146,34 @@ class HttpStore:
     def recover(self, boot_id):
         return self._call("/recoveries", {"owner_boot_id": boot_id, "expired_only": True})[1]["recovered"]
 
-    def claim(self, boot_id, lease_ms):
-        status, body = self._call("/claims", {"owner_boot_id": boot_id, "lease_ms": lease_ms})
-        return None if status == 204 else body
+    def claim(self, boot_id, lease_ms, wait_ms=0):
+        """Claim one action; with `wait_ms` a long poll (the server answers when an action becomes
+        claimable, or 204 at the deadline). A server that does not know `wait_ms` refuses it with
+        422 before doing anything: the claim is sent again without it, and the worker polls from
+        then on (`long_poll` False)."""
+        body = {"owner_boot_id": boot_id, "lease_ms": lease_ms}
+        if wait_ms and self.long_poll:
+            try:
+                status, answer = self._call("/claims", {**body, "wait_ms": wait_ms}, waiting=True)
+                return None if status == 204 else answer
+            except StoreError as exc:
+                if exc.code != "invalid_input" or "wait_ms" not in str(exc):
+                    raise
+                self.long_poll = False
+                logger.info("the server does not know wait_ms: polling for claims instead")
+        status, answer = self._call("/claims", body)
+        return None if status == 204 else answer
+
+    def abort_waits(self) -> None:
+        """End the long-poll claims in flight now (the worker is stopping): their sockets are shut."""
+        with self._lock:
+            waiting = list(self._waiting)
+        for conn in waiting:
+            try:
+                if conn.sock is not None:
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def renew(self, run, lease_ms):
         try:
@@ -210,18 +246,22 @@ class Worker:
     """One worker process: a boot id, a tick loop and up to `concurrency` runs in threads."""
 
     def __init__(self, store: WorkerStore, executor: Executor, *, concurrency: int = 3, lease_ms: int = 60_000,
-                 poll_ms: int = 2_000, boot_id: str | None = None):
+                 poll_ms: int = 2_000, boot_id: str | None = None, wait_ms: int = 20_000):
         self.store = store
         self.executor = executor
         self.concurrency = concurrency if isinstance(concurrency, int) and 1 <= concurrency <= 12 else 3
         self.lease_ms = lease_ms
         self.poll_ms = poll_ms
+        # a store that long-polls (HttpStore) waits in its claim; otherwise the loop polls every poll_ms
+        self.wait_ms = wait_ms if 0 <= wait_ms <= 30_000 else 20_000
         self.boot_id = boot_id or str(uuid.uuid4())
         self.state = "running"
         self.active: dict[str, ActiveRun] = {}
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.completed = 0
+        self.once = False
+        self._next_recovery = 0.0  # monotonic time of the tick's next recovery
 
     # --- the loop ---------------------------------------------------------------------------
     def status(self) -> dict:
@@ -229,28 +269,45 @@ class Worker:
 
     def run_forever(self, *, once: bool = False) -> None:
         logger.info("worker %s started (concurrency %s)", self.boot_id, self.concurrency)
+        self.once = once  # one tick: its runs, and no next claims after them
         self._recover()
         while self.state == "running":
-            self.tick()
+            long_polled = self.tick(wait=not once)
             if once:
                 self._wait_all()
                 break
-            self.wake.wait(self.poll_ms / 1000)
+            # after a long poll that found nothing the next one starts at once (a short pause
+            # keeps a misbehaving proxy that answers at once from turning this into a busy loop)
+            self.wake.wait(0.05 if long_polled else self.poll_ms / 1000)
             self.wake.clear()
 
-    def tick(self) -> None:
+    def tick(self, wait: bool = False) -> bool:
+        """Claim until the worker is full or nothing is claimable; with `wait`, a store that
+        long-polls waits in its last claim. True when it did (the loop need not sleep)."""
         if self.state != "running":
-            return
-        self._recover()
+            return False
+        # recovery (DOMAIN §13's tick) at most once per renewal interval: with one request per
+        # action (claim_next) a tick follows every run that settles, and a recovery request each
+        # time would double the requests; an expired lease is at least that old anyway
+        now = time.monotonic()
+        if now >= self._next_recovery:
+            self._next_recovery = now + max(1_000, self.lease_ms // 3) / 1000
+            self._recover()
         while self.state == "running" and len(self.active) < self.concurrency:
+            wait_ms = self.wait_ms if wait and getattr(self.store, "long_poll", False) else 0
             try:
-                task = self.store.claim(self.boot_id, self.lease_ms)
+                task = self.store.claim(self.boot_id, self.lease_ms, wait_ms)
             except Exception:
-                logger.exception("claim failed")
-                return
+                if self.state == "running":
+                    logger.exception("claim failed")
+                return False
             if task is None:
-                return
+                return bool(wait_ms) and getattr(self.store, "long_poll", False)
+            if self.state != "running":  # claimed as the worker began to stop: give it back
+                self._give_back(task["run"])
+                return False
             self._start(task)
+        return False
 
     def _recover(self) -> int:
         try:
@@ -318,7 +375,7 @@ class Worker:
         following = None  # the next claim, made with the submission (one request per action)
         try:
             if result is not None and not active.stop.is_set():
-                claim_next = (self.boot_id, self.lease_ms) if self.state == "running" else None
+                claim_next = (self.boot_id, self.lease_ms) if self.state == "running" and not self.once else None
                 answer = self.store.submit(run, result, claim_next)
                 following = answer.get("next") if isinstance(answer, dict) else None
                 self.completed += 1

@@ -16,7 +16,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--concurrency", type=int, default=3)
         parser.add_argument("--lease-ms", type=int, default=60_000)
-        parser.add_argument("--poll-ms", type=int, default=2_000)
+        parser.add_argument("--poll-ms", type=int, default=2_000,
+                            help="how often to look for work when the store cannot long-poll (beside the database, "
+                                 "or a server without long-poll claims)")
+        parser.add_argument("--wait-ms", type=int, default=20_000,
+                            help="with --server: how long one long-poll claim waits for work (0: poll instead)")
         parser.add_argument("--executor", default=None, help="dotted path of the executor class")
         parser.add_argument("--commands", default=None, metavar="FILE",
                             help="shell executor: the commands it may run, by name (TOML, or JSON when FILE ends "
@@ -54,13 +58,15 @@ class Command(BaseCommand):
         else:
             store = LocalStore()
         worker = Worker(store, executor, concurrency=opts["concurrency"],
-                        lease_ms=opts["lease_ms"], poll_ms=opts["poll_ms"])
+                        lease_ms=opts["lease_ms"], poll_ms=opts["poll_ms"], wait_ms=opts["wait_ms"])
         self.stdout.write(f"worker {worker.boot_id} starting (concurrency {worker.concurrency})")
         self.stdout.flush()
 
         def on_signal(signum, frame):
             worker.state = "stopping"
             worker.wake.set()
+            if isinstance(store, HttpStore):
+                store.abort_waits()  # a long-poll claim in flight ends now, not at its deadline
 
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
