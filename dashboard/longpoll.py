@@ -21,8 +21,10 @@ it is attempting is kept and makes it attempt again at once instead of parking, 
 that leaves (claimed, deadline, disconnect) holding a wake passes it on. At the deadline the
 answer is 204, as without `wait_ms`. A client that disconnects while parked is forgotten at once.
 Across processes this needs the Redis layer (or the event pump, for events other processes
-commit on the embedded default); a parked request also tries again every `RETRY_SECONDS`, so a
-wake that never comes (a layer message dropped) costs latency, never the claim.
+commit on the embedded default). A parked request does not retry on a timer: P parked requests
+retrying every few seconds would be P claims a few seconds apart, whatever happens. A wake that
+never comes (a layer message dropped) costs at most the client's `wait_ms`: its next claim
+attempts at once.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ import time
 
 from channels.layers import get_channel_layer
 
-from workcenter.instruments import PARKED_CLAIMS
+from workcenter.instruments import EMPTY_WAKES, PARKED_CLAIMS
 
 from .publisher import CLAIMS_GROUP
 from .pump import pump
@@ -44,7 +46,6 @@ logger = logging.getLogger("workcenter.claims")
 CLAIMS_PATH = "/api/v1/claims"
 MAX_WAIT_MS = 30_000
 MAX_BODY = 64 * 1024  # a claim body is a few dozen bytes; a larger one goes to the route as it is
-RETRY_SECONDS = 5.0
 REJOIN_SECONDS = 600.0  # the listener renews its group membership (layers expire them after a day)
 
 
@@ -153,10 +154,14 @@ class LongPollClaims:
         watcher = f"claims!{id(scope)}"
         await pump.consumer_joined(watcher)
         gone = asyncio.ensure_future(_disconnected(receive))
+        wakes = 0  # wakes this request took: an empty attempt after one is a failed claim
         try:
             while True:
                 future = parked.park()
                 start, chunks = await self._attempt(scope, body)
+                if wakes and start["status"] == 204:
+                    EMPTY_WAKES.inc()
+                wakes = 0
                 remaining = deadline - time.monotonic()
                 if start["status"] != 204 or remaining <= 0 or gone.done():
                     # a wake it holds goes on: after a claim, more may be claimable
@@ -168,15 +173,16 @@ class LongPollClaims:
                     return
                 PARKED_CLAIMS.inc()
                 try:
-                    await asyncio.wait({future, gone}, timeout=min(remaining, RETRY_SECONDS),
-                                       return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait({future, gone}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     PARKED_CLAIMS.dec()
                 if gone.done():
                     parked.leave(future)
                     return
-                if not future.done():
-                    parked.leave(future)  # the deadline or the periodic retry: try again (or answer 204)
+                woken = future.done()
+                if not woken:
+                    parked.leave(future)  # the deadline: one last attempt, then 204
+                wakes += woken
         finally:
             gone.cancel()
             pump.consumer_left(watcher)

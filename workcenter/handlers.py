@@ -37,6 +37,8 @@ from django.core.handlers import base
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.urls import set_script_prefix
 
+from .instruments import HTTP_IN_FLIGHT
+
 logger = logging.getLogger("django.request")
 
 
@@ -82,7 +84,11 @@ class SyncASGIHandler(ASGIHandler):
         loop = asyncio.get_running_loop()
         try:
             # run_in_executor does not carry the context; sync_to_async does (script prefix, locals)
-            response = await sync_to_async(self.respond, thread_sensitive=False, executor=self.executor)(scope, body_file)
+            HTTP_IN_FLIGHT.inc()
+            try:
+                response = await sync_to_async(self.respond, thread_sensitive=False, executor=self.executor)(scope, body_file)
+            finally:
+                HTTP_IN_FLIGHT.dec()
             try:
                 await self.send_response(response, send)
             finally:

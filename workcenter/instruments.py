@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
@@ -24,3 +24,7 @@ WEBSOCKET_CLIENTS = Gauge("workcenter_websocket_clients", "Websocket clients con
                           multiprocess_mode="livesum")
 PARKED_CLAIMS = Gauge("workcenter_parked_claims", "Long-poll claims waiting for claimable work", registry=None,
                       multiprocess_mode="livesum")
+EMPTY_WAKES = Counter("workcenter_claim_empty_wakes", "Long-poll claims woken that found nothing to claim "
+                      "(and parked again)", registry=None)
+HTTP_IN_FLIGHT = Gauge("workcenter_http_requests_in_flight", "HTTP requests being served on a request thread",
+                       registry=None, multiprocess_mode="livesum")

@@ -12,7 +12,8 @@ Where each figure comes from, and why:
   passes through the web process that is scraped. As Prometheus counters they only grow while
   rows are never deleted (the store deletes none).
 * **In the process, as it happens**: claim and submit latency (histograms of the API's worker
-  routes, in seconds), the websocket clients connected and the long-poll claims parked. They describe the process that
+  routes, in seconds), the websocket clients connected, the long-poll claims parked and the
+  wakes that found nothing, and the HTTP requests on a request thread now. They describe the process that
   answers the scrape; with several web processes, scrape each (or set `PROMETHEUS_MULTIPROC_DIR`
   to one directory per machine: prometheus-client's multiprocess mode then sums the processes
   that share it).
@@ -38,7 +39,8 @@ from . import clock
 from .api import error_body
 from .auth import VIEW, api_token_user, user_has_perm
 from .choices import ActionStatus, RunStatus, WorkItemStatus
-from .instruments import CLAIM_SECONDS, MULTIPROCESS, PARKED_CLAIMS, SUBMIT_SECONDS, WEBSOCKET_CLIENTS
+from .instruments import (CLAIM_SECONDS, EMPTY_WAKES, HTTP_IN_FLIGHT, MULTIPROCESS, PARKED_CLAIMS, SUBMIT_SECONDS,
+                          WEBSOCKET_CLIENTS)
 from .models import Action, Event, Run, WorkItem
 from .redis_layer import redis_host
 from .services.recovery import RECOVERY_ERROR, STALE_ERROR
@@ -95,7 +97,7 @@ def _registry() -> CollectorRegistry:
     if MULTIPROCESS:
         multiprocess.MultiProcessCollector(registry)
     else:
-        for collector in (CLAIM_SECONDS, SUBMIT_SECONDS, WEBSOCKET_CLIENTS, PARKED_CLAIMS):
+        for collector in (CLAIM_SECONDS, SUBMIT_SECONDS, WEBSOCKET_CLIENTS, PARKED_CLAIMS, EMPTY_WAKES, HTTP_IN_FLIGHT):
             registry.register(collector)
     return registry
 
