@@ -87,15 +87,22 @@ def server():
     stop_process(proc)
 
 
+def _park_then_create(park_port: int, create_port: int, token: str, title: str) -> tuple[Parked, dict, float]:
+    """A claim parked on one server, then an item created through a server (the same or another):
+    (the claim, the item, when the create began)."""
+    waiter = Parked(park_port, token, 20_000)
+    waiter.start()
+    assert wait_until(lambda: _parked(park_port, token) == 1, 10)
+    t0 = time.monotonic()
+    item = _create(create_port, token, title)
+    waiter.join(10)
+    return waiter, item, t0
+
+
 def test_a_parked_claim_wakes_when_the_same_server_makes_an_action_claimable(server):
     token = _token()
-    waiter = Parked(server, token, 20_000)
-    waiter.start()
-    assert wait_until(lambda: _parked(server, token) == 1, 10)
     # when an item is created through the same server
-    t0 = time.monotonic()
-    item = _create(server, token, "Wake me")
-    waiter.join(10)
+    waiter, item, t0 = _park_then_create(server, server, token, "Wake me")
     # then the parked claim took its first action at once
     assert waiter.status == 201, waiter.body
     assert waiter.body["work_item"]["id"] == item["id"]
@@ -202,12 +209,7 @@ def test_a_parked_claim_on_one_server_wakes_for_a_commit_on_another_over_redis()
     port_a, port_b = free_port(), free_port()
     procs = [start_daphne(port_a, env), start_daphne(port_b, env)]
     try:
-        waiter = Parked(port_a, token, 20_000)
-        waiter.start()
-        assert wait_until(lambda: _parked(port_a, token) == 1, 10)
-        t0 = time.monotonic()
-        item = _create(port_b, token, "Across servers")
-        waiter.join(10)
+        waiter, item, t0 = _park_then_create(port_a, port_b, token, "Across servers")
         assert waiter.status == 201 and waiter.body["work_item"]["id"] == item["id"]
         print(f"\nwoken across servers {1000 * (waiter.answered_at - t0):.0f} ms after the create began")
         assert waiter.answered_at - t0 < 1.0
