@@ -7,4 +7,5 @@ app_name = "dashboard"
 urlpatterns = [
     path("", views.work_item_list_page, name="list"),
     path("work-items/<str:item_id>/", views.work_item_page, name="item"),
+    path("workers/", views.workers_page, name="workers"),
 ]

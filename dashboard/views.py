@@ -48,6 +48,12 @@ def work_item_page(request: HttpRequest, item_id: str) -> HttpResponse:
     })
 
 
+@login_required
+@permission_required(VIEW, raise_exception=True)
+def workers_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "dashboard/workers.html", {"config": _page_config(request)})
+
+
 _DEMO_LINK_PAGES = {
     # reason: (status, heading, explanation)
     "off": (404, "No demo sign-in here",

@@ -21,6 +21,7 @@ from ninja.parser import Parser
 from ninja.responses import Status
 
 from . import overview as overview_figures
+from . import workers as worker_figures
 from . import item_state, render, selectors, services
 from .auth import CHANGE, DEFINE_WORKFLOWS, RUN_ACTIONS, VIEW, actor_of, api_auth
 from .errors import BadRequest, InvalidInput, StaleRun, WorkcenterError
@@ -47,6 +48,7 @@ from .schemas import (
     SubmitOut,
     WorkItemDetailOut,
     WorkItemListOut,
+    WorkersOut,
 )
 from .schemas_in import (
     BulkIn,
@@ -303,6 +305,13 @@ def overview(request):
     """Running actions, waiting items and the longest wait, items needing attention, what finished
     in the last 24 hours (per hour for actions) and the items by status."""
     return overview_figures.overview()
+
+
+@items.get("/workers", response={200: WorkersOut, **ERRORS}, auth=api_auth(VIEW))
+def workers(request):
+    """Every worker seen in the last hour (by the boot id of its runs): the runs it holds, what it
+    finished and failed in the hour, when it was last seen, whether it renews its leases."""
+    return render.response(WorkersOut, worker_figures.workers_seen())
 
 
 @items.post("/work-items/bulk-preview", response={200: BulkPreviewOut, **ERRORS, 413: ErrorOut},

@@ -411,6 +411,33 @@ class ItemStateOut(Schema):
     runs: list[RunOut] = Field(..., description="all runs, newest started_at first")
 
 
+class HeldRunOut(Schema):
+    run_id: str
+    work_item_id: str
+    title: str
+    stage_id: str
+    lease_epoch: int
+    renewed_at: Timestamp = Field(..., description="when the lease was taken or last renewed")
+    expires_at: Timestamp
+    lease_ms: int = Field(..., description="the lease's length at its last renewal")
+
+
+class WorkerOut(Schema):
+    boot_id: str
+    held: list[HeldRunOut] = Field(..., description="the runs it holds now, least recently renewed first")
+    finished_1h: int = Field(..., description="runs it completed in the last hour")
+    failed_1h: int = Field(..., description="runs of it that failed, asked for a retry or were interrupted in the "
+                                            "last hour")
+    last_seen: Timestamp = Field(..., description="its latest claim, renewal or submission")
+    renewing: bool = Field(..., description="false when a run it holds has gone more than half its lease without "
+                                            "a renewal")
+
+
+class WorkersOut(Schema):
+    now: Timestamp
+    workers: list[WorkerOut] = Field(..., description="every worker seen in the last hour, most recently seen first")
+
+
 class EventPageOut(Schema):
     events: list[EventOut]
     last_id: int
