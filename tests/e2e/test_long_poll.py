@@ -12,6 +12,8 @@ import socket
 import threading
 import time
 
+from datetime import datetime, timezone
+
 import pytest
 import redis
 from asgiref.sync import async_to_sync
@@ -20,6 +22,7 @@ from django.contrib.auth.models import Permission, User
 
 from dashboard import longpoll
 from dashboard.publisher import publisher
+from tests.conftest import Clock, Store, make_graph
 from tests.live import free_port, start_daphne, stop_process, wait_until
 from workcenter import services
 from workcenter.auth import api_token_create
@@ -216,3 +219,55 @@ def test_a_parked_claim_on_one_server_wakes_for_a_commit_on_another_over_redis()
     finally:
         for p in procs:
             stop_process(p)
+
+
+def _completed():
+    return {"outcome": "completed", "summary": "s", "evidence": ["e"], "acceptance_checks": []}
+
+
+def _hold(stages):
+    """A graph item whose only claimable action is then held by boot X: nothing is claimable."""
+    item = make_graph(Store(Clock(datetime.now(timezone.utc))), stages)
+    claim = services.action_claim(owner_boot_id="boot-X", lease_ms=60_000 if len(stages) > 1 else 400)
+    assert claim is not None and claim.work_item.pk == item.pk
+    assert services.action_claim(owner_boot_id="boot-probe") is None
+    return claim
+
+
+def _complete(claim):
+    services.run_submit(run_id=claim.run.pk, owner_boot_id="boot-X", lease_epoch=claim.run.lease_epoch,
+                        result=_completed())
+
+
+def _interrupt(claim):
+    services.run_interrupt(run_id=claim.run.pk, owner_boot_id="boot-X", lease_epoch=claim.run.lease_epoch,
+                           reason="the worker stopped")
+
+
+def _recover(claim):
+    time.sleep(0.6)  # its 400 ms lease has expired
+    assert services.runs_recover(current_boot_id="boot-Z", expired_only=True) == 1
+    return 0.6  # of the time to wake, spent waiting for the lease
+
+
+@pytest.mark.parametrize("kind,stages,step", [
+    ("a completed dependency", [{"id": "a"}, {"id": "b", "deps": ["a"]}], _complete),
+    ("an interrupted run", [{"id": "a", "max_attempts": 3}], _interrupt),
+    ("a recovered run", [{"id": "a", "max_attempts": 3}], _recover),
+])
+def test_a_parked_claim_wakes_for_each_kind_of_change(server, kind, stages, step):
+    # given nothing claimable (the one ready action is held by another worker) and a parked claim
+    token = _token()
+    claim = _hold(stages)
+    waiter = Parked(server, token, 20_000, boot="boot-Y")
+    waiter.start()
+    assert wait_until(lambda: _parked(server, token) == 1, 10)
+    # when another process makes an action claimable
+    t0 = time.monotonic()
+    t0 += step(claim) or 0
+    waiter.join(10)
+    # then the parked claim gets it at once
+    assert waiter.status == 201, (kind, waiter.body)
+    assert waiter.body["work_item"]["id"] == claim.work_item.pk
+    print(f"\n{kind}: woken {1000 * (waiter.answered_at - t0):.0f} ms after the commit began")
+    assert waiter.answered_at - t0 < 1.0
