@@ -1,4 +1,5 @@
-"""What the live stream pushes besides the events, so that an open page never pulls per event:
+"""What the live stream pushes besides the events, so that an open page never pulls per event (and
+the long-poll claims' wake-up, `CLAIMS_GROUP`):
 
 * `ItemStates`: the per-item stream's `state` (workcenter/item_state.py). For each item with a
   listener in a publisher batch (or a page of the event pump), the item's state is read once and
@@ -31,6 +32,17 @@ from workcenter.render import render
 from workcenter.schemas import OverviewOut
 
 logger = logging.getLogger("workcenter.events")
+
+CLAIMS_GROUP = "workcenter.claims"  # the long-poll claims' wake-ups (dashboard/longpoll.py)
+WAKE = {"type": "claims.wake"}
+
+
+def wakes_claims(event_type: str) -> bool:
+    """Whether a committed event of this type may have made an action claimable (every event but
+    a claim: a new or started item, a completed action's dependants, a run that ended and freed
+    its workspace, a retry, a reset, a recovery, an ended reservation …)."""
+    return event_type != "run.claimed"
+
 
 INTERVAL = 1.0  # seconds between two overviews at most
 # A state larger than this (a retry of a graph of a thousand stages) is not pushed: the message says

@@ -38,7 +38,7 @@ from channels.layers import get_channel_layer
 
 from workcenter.instruments import EMPTY_WAKES, PARKED_CLAIMS
 
-from .publisher import CLAIMS_GROUP
+from .live_state import CLAIMS_GROUP
 from .pump import pump
 
 logger = logging.getLogger("workcenter.claims")

@@ -49,7 +49,7 @@ from workcenter.models import Event, Run
 from workcenter.render import render
 from workcenter.schemas import EventOut, WorkItemSummaryOut
 
-from .live_state import ItemStates, OverviewPush
+from .live_state import CLAIMS_GROUP, WAKE, ItemStates, OverviewPush, wakes_claims
 
 logger = logging.getLogger("workcenter.events")
 
@@ -66,17 +66,6 @@ def item_group(item_id: str) -> str:
     if _GROUP_SAFE.fullmatch(item_id):
         return f"workcenter.item.{item_id}"
     return "workcenter.item.h" + hashlib.sha256(item_id.encode("utf-8")).hexdigest()[:40]
-
-
-CLAIMS_GROUP = "workcenter.claims"  # the long-poll claims' wake-ups (dashboard/longpoll.py)
-WAKE = {"type": "claims.wake"}
-
-
-def wakes_claims(event_type: str) -> bool:
-    """Whether a committed event of this type may have made an action claimable (every event but
-    a claim: a new or started item, a completed action's dependants, a run that ended and freed
-    its workspace, a retry, a reset, a recovery, an ended reservation …)."""
-    return event_type != "run.claimed"
 
 
 def groups_of(item_id: str) -> list[str]:
@@ -277,7 +266,7 @@ RENDER_IDLE_CLOSE = 1.0  # an idle batching thread closes its database connectio
 RENDER_PATIENCE = 0.05  # how long a batch may wait for a free stream key before queueing for it
 RENDER_BACKOFF = 0.001
 RENDER_BACKOFF_MAX = 0.008
-DRAIN_SECONDS = 5.0
+DRAIN_SECONDS = 10.0
 
 
 def _close_connection() -> None:
@@ -385,6 +374,7 @@ class Publisher:
         self._drain_registered = False
         self.states = ItemStates()
         self.overview = OverviewPush()
+        self._wake_queued = False  # a claims wake waits in the send loop (wake_claims)
 
     def register(self) -> None:
         """Make this the store's after-commit publisher (events and progress)."""
@@ -466,9 +456,21 @@ class Publisher:
         return self.states.states({i: firsts[i] for i in heard}, {i: lasts[i] for i in heard})
 
     def wake_claims(self, layer) -> None:
-        """Something may have become claimable: one wake to the long-poll claims (dashboard/longpoll.py)."""
-        if may_have_members(layer, [CLAIMS_GROUP]):
-            self.send(layer, [CLAIMS_GROUP], WAKE)
+        """Something may have become claimable: one wake to the long-poll claims (dashboard/longpoll.py).
+        A wake still waiting in the send loop stands for this one too (it leaves after this commit),
+        so a burst of commits costs one channel-layer send, not one per event."""
+        if not may_have_members(layer, [CLAIMS_GROUP]):
+            return
+        with self.lock:
+            if self._wake_queued:
+                return
+            self._wake_queued = True
+        self.send(layer, [CLAIMS_GROUP], WAKE)
+
+    def wake_sending(self) -> None:
+        """The queued wake leaves now: the next commit queues a new one."""
+        with self.lock:
+            self._wake_queued = False
 
     def overview_changed(self, layer) -> None:
         """Events went to the list's group: its overview follows (OverviewPush)."""
@@ -647,6 +649,8 @@ class Publisher:
         if lock is None:
             lock = self._send_locks[loop] = asyncio.Lock()
         async with lock:
+            if message is WAKE:
+                self.wake_sending()
             for group in groups:
                 await layer.group_send(group, message)
 
@@ -682,6 +686,7 @@ class Publisher:
         self._listen_loop = None
         self.states.forget()
         self.overview.forget()
+        self._wake_queued = False
 
 
 publisher = Publisher()

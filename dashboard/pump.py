@@ -55,7 +55,8 @@ from django.conf import settings
 from workcenter import events, selectors
 from workcenter.models import Event
 
-from .publisher import ITEMS_GROUP, groups_of, may_have_members, publisher, wakes_claims
+from .live_state import wakes_claims
+from .publisher import ITEMS_GROUP, groups_of, may_have_members, publisher
 
 logger = logging.getLogger("workcenter.events.pump")
 
