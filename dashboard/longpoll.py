@@ -21,7 +21,11 @@ it is attempting is kept and makes it attempt again at once instead of parking, 
 that leaves (claimed, deadline, disconnect) holding a wake passes it on. At the deadline the
 answer is 204, as without `wait_ms`. A client that disconnects while parked is forgotten at once.
 Across processes this needs the Redis layer (or the event pump, for events other processes
-commit on the embedded default). A parked request does not retry on a timer: P parked requests
+commit on the embedded default). An attempt that found nothing because it skipped a candidate
+another transaction held for a moment (PostgreSQL: the item's other branch being claimed, a
+progress report; services.claim_attempt, the `Workcenter-Claim-Contended` header) looks again after
+5, 10, 20 and 40 ms before it parks, since those holders commit no event and send no wake.
+Otherwise a parked request does not retry on a timer: P parked requests
 retrying every few seconds would be P claims a few seconds apart, whatever happens. A wake that
 never comes (a layer message dropped) costs at most the client's `wait_ms`: its next claim
 attempts at once.
@@ -36,6 +40,7 @@ import time
 
 from channels.layers import get_channel_layer
 
+from workcenter.constants import CLAIM_CONTENDED_HEADER
 from workcenter.instruments import EMPTY_WAKES, PARKED_CLAIMS
 
 from .live_state import CLAIMS_GROUP
@@ -45,6 +50,12 @@ logger = logging.getLogger("workcenter.claims")
 
 CLAIMS_PATH = "/api/v1/claims"
 MAX_WAIT_MS = 30_000
+CONTENDED_HEADER = CLAIM_CONTENDED_HEADER.lower().encode()
+# A claim that skipped a candidate another transaction held for a moment (services.claim_attempt)
+# looks again after these pauses, then parks as usual. A parked claim needs a wake, and the
+# holders that skip others — a claim of the item's other branch, a progress report, a renewal —
+# commit no event that would send one.
+CONTENDED_RETRY_SECONDS = (0.005, 0.01, 0.02, 0.04)
 MAX_BODY = 64 * 1024  # a claim body is a few dozen bytes; a larger one goes to the route as it is
 REJOIN_SECONDS = 600.0  # the listener renews its group membership (layers expire them after a day)
 
@@ -88,6 +99,8 @@ class Parked:
                 await asyncio.sleep(1.0)
                 continue
             self.wakes += 1
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("claims wake received %.6f (%s parked)", time.time(), len(self.queue))
             self.wake_one()
 
     def park(self) -> asyncio.Future:
@@ -155,10 +168,16 @@ class LongPollClaims:
         await pump.consumer_joined(watcher)
         gone = asyncio.ensure_future(_disconnected(receive))
         wakes = 0  # wakes this request took: an empty attempt after one is a failed claim
+        contended = 0  # attempts in a row that skipped a candidate another transaction held
         try:
             while True:
                 future = parked.park()
+                tried_at = time.time()
                 start, chunks = await self._attempt(scope, body)
+                contended = contended + 1 if _contended(start) else 0
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug("claim attempt %.6f %.6f %s%s", tried_at, time.time(), start["status"],
+                                 " contended" if contended else "")
                 if wakes and start["status"] == 204:
                     EMPTY_WAKES.inc()
                 wakes = 0
@@ -171,17 +190,23 @@ class LongPollClaims:
                         for chunk in chunks:
                             await send(chunk)
                     return
+                if 0 < contended <= len(CONTENDED_RETRY_SECONDS):
+                    # its commit wakes nobody (a claim, a progress report): look again shortly
+                    remaining = min(remaining, CONTENDED_RETRY_SECONDS[contended - 1])
                 PARKED_CLAIMS.inc()
+                parked_at = time.time()
                 try:
                     await asyncio.wait({future, gone}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     PARKED_CLAIMS.dec()
+                    if logger.isEnabledFor(logging.DEBUG):  # when a worker sat idle (wall clock, for tests)
+                        logger.debug("claim parked %.6f %.6f", parked_at, time.time())
                 if gone.done():
                     parked.leave(future)
                     return
                 woken = future.done()
                 if not woken:
-                    parked.leave(future)  # the deadline: one last attempt, then 204
+                    parked.leave(future)  # the deadline (one last attempt, then 204), or a retry
                 wakes += woken
         finally:
             gone.cancel()
@@ -197,6 +222,17 @@ class LongPollClaims:
         await self.app(scope, _replay(body, None, True), hold)
         start = next(m for m in messages if m["type"] == "http.response.start")
         return start, [m for m in messages if m["type"] == "http.response.body"]
+
+
+def _contended(start: dict) -> bool:
+    """Whether an attempt's answer says it skipped a candidate another transaction held (the
+    header is the server's own business: it is taken out of what the client receives)."""
+    headers = start.get("headers") or []
+    kept = [h for h in headers if bytes(h[0]).lower() != CONTENDED_HEADER]
+    if len(kept) == len(headers):
+        return False
+    start["headers"] = kept
+    return True
 
 
 async def _read(receive) -> tuple[bytes, bool]:

@@ -52,6 +52,7 @@ from workcenter.schemas import EventOut, WorkItemSummaryOut
 from .live_state import CLAIMS_GROUP, WAKE, ItemStates, OverviewPush, wakes_claims
 
 logger = logging.getLogger("workcenter.events")
+claims_logger = logging.getLogger("workcenter.claims")
 
 # --- groups and messages (API.md §4) -------------------------------------------------------------
 
@@ -391,6 +392,8 @@ class Publisher:
         is remembered first (the event pump of this process skips it from here on), then the event
         is queued for the batching thread, unless nobody in this process may listen."""
         self.local.remember(event.id)
+        if claims_logger.isEnabledFor(logging.DEBUG):  # when what the event says became visible (tests)
+            claims_logger.debug("committed event %s %.6f", event.id, time.time())
         try:
             layer = self.layer()
             if layer is not None and wakes_claims(event.type):
@@ -643,14 +646,15 @@ class Publisher:
         future.add_done_callback(self._sent)
 
     async def _send_all(self, layer, groups: list[str], message: dict) -> None:
+        if message is WAKE:  # no order to keep: a wake never waits behind a page of events
+            self.wake_sending()
+            return await layer.group_send(groups[0], message)
         # one send at a time per loop, in submission order, so one process's events leave in order
         loop = asyncio.get_running_loop()
         lock = self._send_locks.get(loop)
         if lock is None:
             lock = self._send_locks[loop] = asyncio.Lock()
         async with lock:
-            if message is WAKE:
-                self.wake_sending()
             for group in groups:
                 await layer.group_send(group, message)
 

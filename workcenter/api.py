@@ -18,12 +18,12 @@ from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Query, Router
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
-from ninja.responses import Status
 
 from . import overview as overview_figures
 from . import workers as worker_figures
 from . import item_state, render, selectors, services
 from .auth import CHANGE, DEFINE_WORKFLOWS, RUN_ACTIONS, VIEW, actor_of, api_auth
+from .constants import CLAIM_CONTENDED_HEADER
 from .errors import BadRequest, InvalidInput, StaleRun, WorkcenterError
 from .instruments import CLAIM_SECONDS, SUBMIT_SECONDS
 from .services import bulk
@@ -461,17 +461,21 @@ def _stale(run_id: str, payload, *, integration: bool = False) -> StaleRun:
 def action_claim(request, payload: ClaimIn):
     """Claim at most one ready action: 201 with the run holding the lease, 204 when nothing is claimable."""
     with CLAIM_SECONDS.time():
-        claim = _claim_out(payload)
+        claim, contended = _claim_out(payload)
         if claim is None:
-            return Status(204, None)
+            response = HttpResponse(status=204)
+            if contended:
+                response[CLAIM_CONTENDED_HEADER] = "1"
+            return response
         return render.response(ClaimOut, claim, 201)
 
 
-def _claim_out(payload: ClaimIn) -> dict | None:
-    """Claim at most one ready action: what ClaimOut renders, or None when nothing is claimable."""
-    claim = services.action_claim(owner_boot_id=payload.owner_boot_id, lease_ms=payload.lease_ms)
+def _claim_out(payload: ClaimIn) -> tuple[dict | None, bool]:
+    """Claim at most one ready action: what ClaimOut renders, or None when nothing is claimable
+    (and whether a candidate another transaction held was skipped: services.claim_attempt)."""
+    claim, contended = services.claim_attempt(owner_boot_id=payload.owner_boot_id, lease_ms=payload.lease_ms)
     if claim is None:
-        return None
+        return None, contended
     detail = _detail(claim.work_item.pk)
     return {
         "work_item": detail,
@@ -479,7 +483,7 @@ def _claim_out(payload: ClaimIn) -> dict | None:
         "run": claim.run,
         "dependencies": selectors.claim_dependencies(claim.action, claim.work_item, actions=detail.actions,
                                                      runs=detail.runs),
-    }
+    }, False
 
 
 @worker.post("/runs/{run_id}/renew", response={200: RenewOut, **WORKER_ERRORS})
@@ -520,7 +524,7 @@ def _submit(run_id: str, payload: SubmitIn) -> HttpResponse:
     following = None
     if payload.claim_next is not None:
         try:
-            following = _claim_out(payload.claim_next)
+            following = _claim_out(payload.claim_next)[0]  # nothing, or contended: the worker long-polls
         except Exception:  # committed already: the worker claims again on its own
             logger.exception("claim_next after run %s failed", run_id)
     return render.response(SubmitOut, {"run": run, "action": detail.action(action.pk), "work_item": detail,

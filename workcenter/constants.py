@@ -20,3 +20,8 @@ RESPONSE_CAP = 65536
 # instead of an overflow.
 MAX_INT32 = 2**31 - 1
 MAX_INT64 = 2**63 - 1
+
+# The header a 204 of `POST /api/v1/claims` carries when the claim skipped a candidate another
+# transaction held at that moment (services.claims.claim_attempt): the long-poll claim tries again
+# shortly instead of parking, and removes the header from what the client receives.
+CLAIM_CONTENDED_HEADER = "Workcenter-Claim-Contended"

@@ -34,6 +34,10 @@ WHERE a."claimable" AND (a."updated_at" > %s OR (a."updated_at" = %s AND (a."seq
   OR (a."sequence" = %s AND a."created_at" > %s))))
 ORDER BY a."updated_at", a."sequence", a."created_at" LIMIT 1
 
+-- name: claim_peek
+-- The first claimable actions in claim order, read without locks: a claim that found nothing compares them with the candidates it read, and one it never read was skipped because another transaction held its action or item row (PostgreSQL). Locks: nothing.
+SELECT a."id" FROM {table:Action} a WHERE a."claimable" ORDER BY a."updated_at", a."sequence", a."created_at" LIMIT %s
+
 -- name: running_in_workspace
 -- The (workspace mode, item id) of every running action in one workspace (DOMAIN §5.4). Locks: nothing (the caller holds the workspace's advisory lock).
 SELECT a."workspace_mode", a."work_item_id" FROM {table:Action} a JOIN {table:WorkItem} i ON i."id" = a."work_item_id"

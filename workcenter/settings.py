@@ -225,5 +225,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {
         "workcenter": {"handlers": ["console"], "level": os.environ.get("WORKCENTER_LOG_LEVEL", "INFO")},
+        # one logger's level apart from the rest: WORKCENTER_LOG_LEVELS="workcenter.claims=DEBUG,..."
+        **{name.strip(): {"level": level.strip().upper()}
+           for name, _, level in (part.partition("=") for part in os.environ.get("WORKCENTER_LOG_LEVELS", "").split(","))
+           if name.strip().startswith("workcenter.") and level.strip()},
     },
 }

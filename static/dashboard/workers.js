@@ -2,7 +2,7 @@
 // again when the stream says a run started or ended (at most twice a second) and on a timer (lease
 // renewals are not events: see nextRefresh); between reads its clock ticks "since the last renewal" and marks a
 // worker the moment one of its leases has gone half its length without a renewal.
-import { LiveStream, api, describeError, formatDuration, h, readConfig, shortId, showError, startTicker, timeEl } from "./common.js";
+import { LiveStream, absTime, api, describeError, formatDuration, h, readConfig, shortId, showError, startTicker } from "./common.js";
 
 const config = readConfig();
 const tbody = document.getElementById("workers");
@@ -45,7 +45,9 @@ function render() {
       heldCell(w, now),
       h("td", { class: "col-num" }, String(w.finished_1h)),
       h("td", { class: "col-num" }, String(w.failed_1h)),
-      h("td", { class: "col-time" }, timeEl(w.last_seen)));
+      // to the second, on the page's clock: "just now" beside "not renewing" would contradict it
+      h("td", { class: "col-time" }, h("time", { datetime: w.last_seen, title: absTime(w.last_seen) },
+        `${formatDuration(now - Date.parse(w.last_seen))} ago`)));
   });
   tbody.replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No worker in the last hour."))]));
   const holding = shown.filter((w) => w.held.length).length;

@@ -3,6 +3,7 @@ one is marked as not renewing its leases within half a lease; the other is not."
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -70,6 +71,9 @@ def test_a_stopped_worker_is_marked_within_half_a_lease(page, daphne_server, bg)
         assert "not renewing" in page.locator(f'#workers tr[data-boot="{stopped_boot}"]').inner_text()
         assert "1 not renewing" in page.locator("#workers-summary").inner_text()
         assert last_renewal is not None
+        # its last-seen time counts the seconds since (not a "just now" beside the mark)
+        seen = page.locator(f'#workers tr[data-boot="{stopped_boot}"] td.col-time').inner_text()
+        assert re.fullmatch(r"\d+ s ago", seen), seen
         screenshot(page, "workers-stopped.png")
     finally:
         for w in workers:

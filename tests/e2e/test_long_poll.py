@@ -26,6 +26,7 @@ from tests.conftest import Clock, Store, make_graph
 from tests.live import free_port, start_daphne, stop_process, wait_until
 from workcenter import services
 from workcenter.auth import api_token_create
+from workcenter.constants import CLAIM_CONTENDED_HEADER
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -181,9 +182,17 @@ def test_no_wake_is_lost_between_an_empty_attempt_and_the_park(transactional_db)
         await send({"type": "http.response.start", "status": status, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
+    publisher.register()
+    sent, took = _drive(app, 5_000)
+    assert sent[0]["status"] == 201 and len(attempts) == 2
+    assert took < 1.0, took  # not the 5 s deadline, nor the periodic retry
+
+
+def _drive(app, wait_ms: int) -> tuple[list[dict], float]:
+    """One long-poll claim through LongPollClaims in front of `app`: what it sent, how long it took."""
     async def scenario():
         sent: list[dict] = []
-        body = json.dumps({"owner_boot_id": "b", "wait_ms": 5_000}).encode()
+        body = json.dumps({"owner_boot_id": "b", "wait_ms": wait_ms}).encode()
         messages = [{"type": "http.request", "body": body, "more_body": False}]
 
         async def receive():
@@ -199,10 +208,34 @@ def test_no_wake_is_lost_between_an_empty_attempt_and_the_park(transactional_db)
                                            receive, send)
         return sent, time.monotonic() - t0
 
-    publisher.register()
-    sent, took = async_to_sync(scenario)()
-    assert sent[0]["status"] == 201 and len(attempts) == 2
-    assert took < 1.0, took  # not the 5 s deadline, nor the periodic retry
+    return async_to_sync(scenario)()
+
+
+def test_a_contended_empty_claim_looks_again_shortly_without_a_wake(transactional_db):
+    """An attempt that skipped a candidate another transaction held (204 with the contended
+    header) is tried again within milliseconds although no wake comes (that holder's commit sends
+    none); the header never reaches the client, and a claim that stays contended parks as usual."""
+    attempts: list[float] = []
+    contended_header = [(CLAIM_CONTENDED_HEADER.lower().encode(), b"1")]
+
+    def route(claim_on: int | None):
+        async def app(scope, receive, send):
+            await receive()
+            attempts.append(time.monotonic())
+            status = 201 if len(attempts) == claim_on else 204
+            await send({"type": "http.response.start", "status": status,
+                        "headers": contended_header if status == 204 else []})
+            await send({"type": "http.response.body", "body": b""})
+        return app
+
+    sent, took = _drive(route(claim_on=3), 5_000)  # contended twice, then the holder has committed
+    assert sent[0]["status"] == 201 and len(attempts) == 3
+    assert took < 0.5, took  # two short pauses, not the 5 s deadline
+    attempts.clear()
+    sent, took = _drive(route(claim_on=None), 600)  # contended to the end: the retries, then parked
+    assert sent[0]["status"] == 204 and sent[0]["headers"] == []
+    assert len(attempts) == len(longpoll.CONTENDED_RETRY_SECONDS) + 2  # first, the retries, the deadline's
+    assert 0.55 < took < 1.5, took
 
 
 def test_a_parked_claim_on_one_server_wakes_for_a_commit_on_another_over_redis():

@@ -7,7 +7,7 @@ The names resolve when first used (PEP 562), so importing one module of this pac
 from importlib import import_module
 
 _SERVICES = {
-    "claims": ("action_claim",),
+    "claims": ("action_claim", "claim_attempt"),
     "integration": ("integration_acquire", "integration_finish", "integration_rollback", "integration_set_workspace"),
     "recovery": ("runs_recover",),
     "repairs": ("action_edit", "action_mark_failed", "action_reset", "run_release"),

@@ -41,32 +41,67 @@ def action_claim(
     read over the partial index of claimable actions, then one batch (`db.Writes`: a single
     statement on PostgreSQL) of two guarded updates, the run and the event.
     """
+    return claim_attempt(owner_boot_id=owner_boot_id, lease_ms=lease_ms, actor=actor, now=now)[0]
+
+
+def claim_attempt(*, owner_boot_id: str, lease_ms: int = 60_000, actor: str | None = None,
+                  now: datetime | None = None) -> tuple[Claim | None, bool]:
+    """`action_claim`, and whether a claim that found nothing skipped a candidate another
+    transaction held at that moment (PostgreSQL; always False on SQLite).
+
+    On PostgreSQL a claim skips the rows other transactions hold (SKIP LOCKED) and the workspaces
+    other claims hold (advisory try-lock), so claimers never queue behind each other. The price: a
+    candidate held for those few milliseconds is invisible — the second ready branch of a graph
+    item while another worker claims the first (they share the item row), an action whose item
+    row a progress report or renewal holds, a second reader of a workspace another claim holds.
+    "Nothing claimable" is then not the whole truth, and the holders that commit no event
+    (claims, progress reports, renewals) wake no waiting claim when they end: the caller should
+    try again shortly (the long-poll claim does, without holding a thread meanwhile)."""
     if not isinstance(owner_boot_id, str) or not owner_boot_id.strip():
         raise InvalidInput("owner_boot_id is required", fields=["owner_boot_id"])
     common.check_duration(lease_ms, "lease_ms")
-    actor = actor or f"worker:{owner_boot_id}"
+    return _claim_once(owner_boot_id, lease_ms, actor or f"worker:{owner_boot_id}", now)
+
+
+def _claim_once(owner_boot_id: str, lease_ms: int, actor: str, now: datetime | None) -> tuple[Claim | None, bool]:
+    """One pass over the candidates: (the claim, False), or (None, whether it skipped one that
+    another transaction held)."""
     n_action = len(db.ACTION_ROW.fields)
     with store_transaction():
         conn = connections[DEFAULT_DB_ALIAS]  # resolved once: the proxy costs a lookup per attribute
         with db.hot_cursor(conn) as cur:
             cur.execute(db.sql("claim_first", conn))
+            seen: list[str] = []
+            busy_workspace = False
             while True:
                 row = cur.fetchone()
                 if row is None:
-                    return None
+                    break
                 action = db.ACTION_ROW.build_many([row[:n_action]], conn)[0]
                 item = db.ITEM_ROW.build_many([row[n_action:]], conn)[0]
                 claim = _try_claim(cur, action, item, owner_boot_id, lease_ms, actor, now)
-                if claim is not None:
-                    return claim
+                if isinstance(claim, Claim):
+                    return claim, False
+                busy_workspace = busy_workspace or claim is BUSY_WORKSPACE
+                seen.append(action.pk)
                 # the next candidate after this one in claim order
                 u = conn.ops.adapt_datetimefield_value(action.updated_at)
                 c = conn.ops.adapt_datetimefield_value(action.created_at)
                 db.hot_execute(cur, db.sql("claim_after", conn), [u, u, action.sequence, action.sequence, c])
+            if conn.vendor != "postgresql":
+                return None, False  # SQLite: the IMMEDIATE transaction saw every candidate
+            # the claimable actions in claim order, read without locks: one this pass never read
+            # was skipped because another transaction held its action or item row
+            db.hot_execute(cur, db.sql("claim_peek", conn), [len(seen) + 1])
+            skipped = any(r[0] not in seen for r in cur.fetchall())
+    return None, skipped or busy_workspace
+
+
+BUSY_WORKSPACE = object()  # _try_claim: the candidate's workspace is held by another claim
 
 
 def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms: int, actor: str,
-               now: datetime | None) -> Claim | None:
+               now: datetime | None) -> Claim | object | None:
     fault_point("claim_candidate_read")
     if action.status != ActionStatus.READY or action.current_run_id:
         return None
@@ -79,7 +114,7 @@ def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms
     key = item.workspace_key
     if key:
         if not common.try_workspace_lock(key):
-            return None
+            return BUSY_WORKSPACE
         if rules.workspace_blocks(action.workspace_mode, item.pk, running_in_workspace(key)):
             return None
 

@@ -152,9 +152,9 @@ def test_claims_in_different_workspaces_do_not_wait_on_each_other(tmp_path):
         elapsed = time.monotonic() - t0
         assert c is not None and c.work_item.pk == other.pk
         assert elapsed < 1.0
-        # the same workspace is skipped at once rather than waited for
+        # the same workspace is skipped at once rather than waited for, and the answer says so
         t0 = time.monotonic()
-        assert services.action_claim(owner_boot_id="third") is None
+        assert services.claim_attempt(owner_boot_id="third") == (None, True)
         assert time.monotonic() - t0 < 1.0
     finally:
         release.set()
@@ -162,3 +162,47 @@ def test_claims_in_different_workspaces_do_not_wait_on_each_other(tmp_path):
         hooks.fault_hook = None
     assert result["holder"].work_item.pk == first.pk
     assert Action.objects.get(work_item=same).status == "ready"
+
+
+@pytest.mark.parametrize("work_dir", ["", "ws"])
+def test_a_claim_that_skipped_a_held_candidate_says_so_and_the_next_one_claims_it(tmp_path, work_dir):
+    """Two ready siblings of one graph item (in one workspace, or none): while a claim holds the
+    item row (and the workspace), a second claim skips both. It answers "nothing" but says a
+    candidate was held (the long-poll claim then looks again shortly: that holder's commit wakes
+    nobody); once the holder commits, the next attempt claims the other sibling. With nothing
+    claimable at all, nothing was held."""
+    store = _real_clock_store()
+    if work_dir:
+        (tmp_path / work_dir).mkdir()
+    item = make_graph(store, [{"id": "a", "mode": "read"}, {"id": "b", "mode": "read"}],
+                      work_dir=str(tmp_path / work_dir) if work_dir else "")
+    inside, release = threading.Event(), threading.Event()
+    holder_thread, result = {}, {}
+
+    def hook(name):
+        if name == "after_claim_update" and threading.get_ident() == holder_thread.get("id"):
+            inside.set()
+            release.wait(10)
+
+    def holder():
+        holder_thread["id"] = threading.get_ident()
+        try:
+            result["holder"] = services.action_claim(owner_boot_id="holder")
+        finally:
+            connections.close_all()
+
+    hooks.fault_hook = hook
+    try:
+        t = threading.Thread(target=holder)
+        t.start()
+        assert inside.wait(10)
+        assert services.claim_attempt(owner_boot_id="second") == (None, True)
+    finally:
+        release.set()
+        t.join(10)
+        hooks.fault_hook = None
+    second, contended = services.claim_attempt(owner_boot_id="second")
+    assert second is not None and not contended
+    assert {result["holder"].action.stage_id, second.action.stage_id} == {"a", "b"}
+    assert set(Action.objects.filter(work_item=item).values_list("status", flat=True)) == {"running"}
+    assert services.claim_attempt(owner_boot_id="third") == (None, False)
