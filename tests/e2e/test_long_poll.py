@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import redis
@@ -302,5 +302,59 @@ def test_a_parked_claim_wakes_for_each_kind_of_change(server, kind, stages, step
     # then the parked claim gets it at once
     assert waiter.status == 201, (kind, waiter.body)
     assert waiter.body["work_item"]["id"] == claim.work_item.pk
+    print(f"\n{kind}: woken {1000 * (waiter.answered_at - t0):.0f} ms after the commit began")
+    assert waiter.answered_at - t0 < 1.0
+
+
+INTEGRATE = [{"id": "i", "type": "integrate", "mode": "integrate", "max_attempts": 3}]
+
+
+def _free_workspace(tmp_path):
+    """Boot X holds an integrate action in a workspace where a second item's integrate action
+    waits (ready, claimable, but integrate runs alone in its workspace); X then completes."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    store = Store(Clock(datetime.now(timezone.utc)))
+    make_graph(store, INTEGRATE, work_dir=str(workspace), title="first")
+    claim = services.action_claim(owner_boot_id="boot-X", lease_ms=60_000)
+    waiting = make_graph(store, INTEGRATE, work_dir=str(workspace), title="second")
+    assert services.action_claim(owner_boot_id="boot-probe") is None
+
+    def step():
+        _complete(claim)
+    return waiting, step
+
+
+def _end_reservation(tmp_path):
+    """Boot X's integrate run holds an integration reservation, which keeps recovery away from it;
+    the reservation has ended (acquired 11 s in the past: it lasts 10 s at least), and a recovery
+    pass then gives the action back."""
+    item = make_graph(Store(Clock(datetime.now(timezone.utc))), INTEGRATE)
+    claim = services.action_claim(owner_boot_id="boot-X", lease_ms=60_000)
+    fence = dict(run_id=claim.run.pk, owner_boot_id="boot-X", lease_epoch=claim.run.lease_epoch)
+    past = datetime.now(timezone.utc) - timedelta(seconds=11)
+    assert services.integration_set_workspace(action_id=None, workspace={"path": "/tmp/x", "integration": {
+        "status": "prepared"}}, now=past, **fence) is not None
+    assert services.integration_acquire(action_id=None, reservation_ms=10_000, now=past, **fence) is not None
+    assert services.action_claim(owner_boot_id="boot-probe") is None
+
+    def step():
+        assert services.runs_recover(current_boot_id="boot-Z", expired_only=True) == 1
+    return item, step
+
+
+@pytest.mark.parametrize("kind,given", [("a freed workspace", _free_workspace),
+                                        ("an ended integration reservation", _end_reservation)])
+def test_a_parked_claim_wakes_when_a_workspace_or_a_reservation_frees_an_action(server, tmp_path, kind, given):
+    token = _token()
+    waiting, step = given(tmp_path)
+    waiter = Parked(server, token, 20_000, boot="boot-Y")
+    waiter.start()
+    assert wait_until(lambda: _parked(server, token) == 1, 10)
+    t0 = time.monotonic()
+    step()
+    waiter.join(10)
+    assert waiter.status == 201, (kind, waiter.body)
+    assert waiter.body["work_item"]["id"] == waiting.pk
     print(f"\n{kind}: woken {1000 * (waiter.answered_at - t0):.0f} ms after the commit began")
     assert waiter.answered_at - t0 < 1.0
