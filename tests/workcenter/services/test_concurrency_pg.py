@@ -2,6 +2,7 @@
 
 These tests are marked `postgres`; .ci/run fails if they are skipped on the PostgreSQL run.
 """
+import contextlib
 import threading
 import time
 from collections import defaultdict
@@ -115,67 +116,11 @@ def test_concurrent_claimers_never_conflict_and_finish_everything(tmp_path):
         assert all(seq == ["run.claimed", "action.completed"] for seq in per_action.values())
 
 
-def test_claims_in_different_workspaces_do_not_wait_on_each_other(tmp_path):
-    store = _real_clock_store()
-    w1, w2 = tmp_path / "w1", tmp_path / "w2"
-    w1.mkdir()
-    w2.mkdir()
-    first = make_graph(store, [{"id": "a"}], work_dir=str(w1))
-    same = make_graph(store, [{"id": "a"}], work_dir=str(w1))
-    other = make_graph(store, [{"id": "a"}], work_dir=str(w2))
-
-    inside, release = threading.Event(), threading.Event()
-    holder_thread = {}
-
-    def hook(name):
-        if name == "after_claim_update" and threading.get_ident() == holder_thread.get("id"):
-            inside.set()
-            release.wait(10)
-
-    result = {}
-
-    def holder():
-        holder_thread["id"] = threading.get_ident()
-        try:
-            result["holder"] = services.action_claim(owner_boot_id="holder")
-        finally:
-            connections.close_all()
-
-    hooks.fault_hook = hook
-    try:
-        t = threading.Thread(target=holder)
-        t.start()
-        assert inside.wait(10)
-        # the holder's transaction is open, holding `first` and workspace w1
-        t0 = time.monotonic()
-        c = services.action_claim(owner_boot_id="other")
-        elapsed = time.monotonic() - t0
-        assert c is not None and c.work_item.pk == other.pk
-        assert elapsed < 1.0
-        # the same workspace is skipped at once rather than waited for, and the answer says so
-        t0 = time.monotonic()
-        assert services.claim_attempt(owner_boot_id="third") == (None, True)
-        assert time.monotonic() - t0 < 1.0
-    finally:
-        release.set()
-        t.join(10)
-        hooks.fault_hook = None
-    assert result["holder"].work_item.pk == first.pk
-    assert Action.objects.get(work_item=same).status == "ready"
-
-
-@pytest.mark.parametrize("work_dir", ["", "ws"])
-def test_a_claim_that_skipped_a_held_candidate_says_so_and_the_next_one_claims_it(tmp_path, work_dir):
-    """Two ready siblings of one graph item (in one workspace, or none): while a claim holds the
-    item row (and the workspace), a second claim skips both. It answers "nothing" but says a
-    candidate was held (the long-poll claim then looks again shortly: that holder's commit wakes
-    nobody); once the holder commits, the next attempt claims the other sibling. With nothing
-    claimable at all, nothing was held."""
-    store = _real_clock_store()
-    if work_dir:
-        (tmp_path / work_dir).mkdir()
-    item = make_graph(store, [{"id": "a", "mode": "read"}, {"id": "b", "mode": "read"}],
-                      work_dir=str(tmp_path / work_dir) if work_dir else "")
+@contextlib.contextmanager
+def claim_held_open():
+    """A claim by "holder" on a thread, paused after its writes with its transaction open (its
+    candidate's rows and workspace held) for the duration of the block; yields {"holder": the
+    claim}, filled once the block has ended and the claim committed."""
     inside, release = threading.Event(), threading.Event()
     holder_thread, result = {}, {}
 
@@ -192,15 +137,55 @@ def test_a_claim_that_skipped_a_held_candidate_says_so_and_the_next_one_claims_i
             connections.close_all()
 
     hooks.fault_hook = hook
+    t = threading.Thread(target=holder)
     try:
-        t = threading.Thread(target=holder)
         t.start()
         assert inside.wait(10)
-        assert services.claim_attempt(owner_boot_id="second") == (None, True)
+        yield result
     finally:
         release.set()
         t.join(10)
         hooks.fault_hook = None
+
+
+def test_claims_in_different_workspaces_do_not_wait_on_each_other(tmp_path):
+    store = _real_clock_store()
+    w1, w2 = tmp_path / "w1", tmp_path / "w2"
+    w1.mkdir()
+    w2.mkdir()
+    first = make_graph(store, [{"id": "a"}], work_dir=str(w1))
+    same = make_graph(store, [{"id": "a"}], work_dir=str(w1))
+    other = make_graph(store, [{"id": "a"}], work_dir=str(w2))
+
+    with claim_held_open() as result:
+        # the holder's transaction is open, holding `first` and workspace w1
+        t0 = time.monotonic()
+        c = services.action_claim(owner_boot_id="other")
+        elapsed = time.monotonic() - t0
+        assert c is not None and c.work_item.pk == other.pk
+        assert elapsed < 1.0
+        # the same workspace is skipped at once rather than waited for, and the answer says so
+        t0 = time.monotonic()
+        assert services.claim_attempt(owner_boot_id="third") == (None, True)
+        assert time.monotonic() - t0 < 1.0
+    assert result["holder"].work_item.pk == first.pk
+    assert Action.objects.get(work_item=same).status == "ready"
+
+
+@pytest.mark.parametrize("work_dir", ["", "ws"])
+def test_a_claim_that_skipped_a_held_candidate_says_so_and_the_next_one_claims_it(tmp_path, work_dir):
+    """Two ready siblings of one graph item (in one workspace, or none): while a claim holds the
+    item row (and the workspace), a second claim skips both. It answers "nothing" but says a
+    candidate was held (the long-poll claim then looks again shortly: that holder's commit wakes
+    nobody); once the holder commits, the next attempt claims the other sibling. With nothing
+    claimable at all, nothing was held."""
+    store = _real_clock_store()
+    if work_dir:
+        (tmp_path / work_dir).mkdir()
+    item = make_graph(store, [{"id": "a", "mode": "read"}, {"id": "b", "mode": "read"}],
+                      work_dir=str(tmp_path / work_dir) if work_dir else "")
+    with claim_held_open() as result:
+        assert services.claim_attempt(owner_boot_id="second") == (None, True)
     second, contended = services.claim_attempt(owner_boot_id="second")
     assert second is not None and not contended
     assert {result["holder"].action.stage_id, second.action.stage_id} == {"a", "b"}
