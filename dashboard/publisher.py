@@ -646,15 +646,14 @@ class Publisher:
         future.add_done_callback(self._sent)
 
     async def _send_all(self, layer, groups: list[str], message: dict) -> None:
-        if message is WAKE:  # no order to keep: a wake never waits behind a page of events
-            self.wake_sending()
-            return await layer.group_send(groups[0], message)
         # one send at a time per loop, in submission order, so one process's events leave in order
         loop = asyncio.get_running_loop()
         lock = self._send_locks.get(loop)
         if lock is None:
             lock = self._send_locks[loop] = asyncio.Lock()
         async with lock:
+            if message is WAKE:
+                self.wake_sending()
             for group in groups:
                 await layer.group_send(group, message)
 

@@ -19,6 +19,7 @@ import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 
 from dashboard import longpoll
 from dashboard.publisher import publisher
@@ -258,103 +259,151 @@ def _completed():
     return {"outcome": "completed", "summary": "s", "evidence": ["e"], "acceptance_checks": []}
 
 
-def _hold(stages):
+class ViaServices:
+    """Another process's commits: the test process's own service calls."""
+
+    def submit(self, claim):
+        services.run_submit(run_id=claim.run.pk, owner_boot_id="boot-X", lease_epoch=claim.run.lease_epoch,
+                            result=_completed())
+
+    def interrupt(self, claim):
+        services.run_interrupt(run_id=claim.run.pk, owner_boot_id="boot-X", lease_epoch=claim.run.lease_epoch,
+                               reason="the worker stopped")
+
+    def recover(self):
+        assert services.runs_recover(current_boot_id="boot-Z", expired_only=True) == 1
+
+
+class ViaHttp:
+    """Another server's commits: the worker protocol on that server."""
+
+    def __init__(self, port: int, token: str):
+        self.port, self.token = port, token
+
+    def _post(self, path, body):
+        status, answer = _call(self.port, self.token, "POST", path, body)
+        assert status == 200, answer
+        return answer
+
+    def submit(self, claim):
+        self._post(f"/api/v1/runs/{claim.run.pk}/submit",
+                   {"owner_boot_id": "boot-X", "lease_epoch": claim.run.lease_epoch, **_completed()})
+
+    def interrupt(self, claim):
+        self._post(f"/api/v1/runs/{claim.run.pk}/interrupt",
+                   {"owner_boot_id": "boot-X", "lease_epoch": claim.run.lease_epoch, "reason": "the worker stopped"})
+
+    def recover(self):
+        assert self._post("/api/v1/recoveries", {"owner_boot_id": "boot-Z", "expired_only": True})["recovered"] == 1
+
+
+def _hold(stages, lease_ms=60_000, work_dir=""):
     """A graph item whose only claimable action is then held by boot X: nothing is claimable."""
-    item = make_graph(Store(Clock(datetime.now(timezone.utc))), stages)
-    claim = services.action_claim(owner_boot_id="boot-X", lease_ms=60_000 if len(stages) > 1 else 400)
+    item = make_graph(Store(Clock(datetime.now(timezone.utc))), stages, work_dir=work_dir)
+    claim = services.action_claim(owner_boot_id="boot-X", lease_ms=lease_ms)
     assert claim is not None and claim.work_item.pk == item.pk
     assert services.action_claim(owner_boot_id="boot-probe") is None
     return claim
 
 
-def _complete(claim):
-    services.run_submit(run_id=claim.run.pk, owner_boot_id="boot-X", lease_epoch=claim.run.lease_epoch,
-                        result=_completed())
-
-
-def _interrupt(claim):
-    services.run_interrupt(run_id=claim.run.pk, owner_boot_id="boot-X", lease_epoch=claim.run.lease_epoch,
-                           reason="the worker stopped")
-
-
-def _recover(claim):
-    time.sleep(0.6)  # its 400 ms lease has expired
-    assert services.runs_recover(current_boot_id="boot-Z", expired_only=True) == 1
-    return 0.6  # of the time to wake, spent waiting for the lease
-
-
-@pytest.mark.parametrize("kind,stages,step", [
-    ("a completed dependency", [{"id": "a"}, {"id": "b", "deps": ["a"]}], _complete),
-    ("an interrupted run", [{"id": "a", "max_attempts": 3}], _interrupt),
-    ("a recovered run", [{"id": "a", "max_attempts": 3}], _recover),
-])
-def test_a_parked_claim_wakes_for_each_kind_of_change(server, kind, stages, step):
-    # given nothing claimable (the one ready action is held by another worker) and a parked claim
-    token = _token()
-    claim = _hold(stages)
-    waiter = Parked(server, token, 20_000, boot="boot-Y")
-    waiter.start()
-    assert wait_until(lambda: _parked(server, token) == 1, 10)
-    # when another process makes an action claimable
-    t0 = time.monotonic()
-    t0 += step(claim) or 0
-    waiter.join(10)
-    # then the parked claim gets it at once
-    assert waiter.status == 201, (kind, waiter.body)
-    assert waiter.body["work_item"]["id"] == claim.work_item.pk
-    print(f"\n{kind}: woken {1000 * (waiter.answered_at - t0):.0f} ms after the commit began")
-    assert waiter.answered_at - t0 < 1.0
-
-
 INTEGRATE = [{"id": "i", "type": "integrate", "mode": "integrate", "max_attempts": 3}]
 
 
-def _free_workspace(tmp_path):
+def _completed_dependency(tmp_path):
+    claim = _hold([{"id": "a"}, {"id": "b", "deps": ["a"]}])
+    return claim.work_item.pk, lambda via: via.submit(claim)
+
+
+def _interrupted_run(tmp_path):
+    claim = _hold([{"id": "a", "max_attempts": 3}])
+    return claim.work_item.pk, lambda via: via.interrupt(claim)
+
+
+def _recovered_run(tmp_path):
+    claim = _hold([{"id": "a", "max_attempts": 3}], lease_ms=400)
+
+    def step(via):
+        time.sleep(0.6)  # its 400 ms lease has expired
+        via.recover()
+        return 0.6  # of the time to wake, spent waiting for the lease
+    return claim.work_item.pk, step
+
+
+def _freed_workspace(tmp_path):
     """Boot X holds an integrate action in a workspace where a second item's integrate action
     waits (ready, claimable, but integrate runs alone in its workspace); X then completes."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    store = Store(Clock(datetime.now(timezone.utc)))
-    make_graph(store, INTEGRATE, work_dir=str(workspace), title="first")
-    claim = services.action_claim(owner_boot_id="boot-X", lease_ms=60_000)
-    waiting = make_graph(store, INTEGRATE, work_dir=str(workspace), title="second")
+    claim = _hold(INTEGRATE, work_dir=str(workspace))
+    waiting = make_graph(Store(Clock(datetime.now(timezone.utc))), INTEGRATE, work_dir=str(workspace), title="second")
     assert services.action_claim(owner_boot_id="boot-probe") is None
-
-    def step():
-        _complete(claim)
-    return waiting, step
+    return waiting.pk, lambda via: via.submit(claim)
 
 
-def _end_reservation(tmp_path):
+def _ended_reservation(tmp_path):
     """Boot X's integrate run holds an integration reservation, which keeps recovery away from it;
     the reservation has ended (acquired 11 s in the past: it lasts 10 s at least), and a recovery
     pass then gives the action back."""
-    item = make_graph(Store(Clock(datetime.now(timezone.utc))), INTEGRATE)
-    claim = services.action_claim(owner_boot_id="boot-X", lease_ms=60_000)
+    claim = _hold(INTEGRATE)
     fence = dict(run_id=claim.run.pk, owner_boot_id="boot-X", lease_epoch=claim.run.lease_epoch)
     past = datetime.now(timezone.utc) - timedelta(seconds=11)
     assert services.integration_set_workspace(action_id=None, workspace={"path": "/tmp/x", "integration": {
         "status": "prepared"}}, now=past, **fence) is not None
     assert services.integration_acquire(action_id=None, reservation_ms=10_000, now=past, **fence) is not None
-    assert services.action_claim(owner_boot_id="boot-probe") is None
-
-    def step():
-        assert services.runs_recover(current_boot_id="boot-Z", expired_only=True) == 1
-    return item, step
+    return claim.work_item.pk, lambda via: via.recover()
 
 
-@pytest.mark.parametrize("kind,given", [("a freed workspace", _free_workspace),
-                                        ("an ended integration reservation", _end_reservation)])
-def test_a_parked_claim_wakes_when_a_workspace_or_a_reservation_frees_an_action(server, tmp_path, kind, given):
-    token = _token()
-    waiting, step = given(tmp_path)
-    waiter = Parked(server, token, 20_000, boot="boot-Y")
+KINDS = pytest.mark.parametrize("kind,given", [
+    ("a completed dependency", _completed_dependency),
+    ("an interrupted run", _interrupted_run),
+    ("a recovered run", _recovered_run),
+    ("a freed workspace", _freed_workspace),
+    ("an ended integration reservation", _ended_reservation),
+])
+
+
+def _woken(park_port: int, token: str, kind: str, waiting_id: str, step, via) -> None:
+    """Given nothing claimable and a claim parked on `park_port`, when `via` makes an action
+    claimable, then the parked claim gets it at once."""
+    waiter = Parked(park_port, token, 20_000, boot="boot-Y")
     waiter.start()
-    assert wait_until(lambda: _parked(server, token) == 1, 10)
+    assert wait_until(lambda: _parked(park_port, token) == 1, 10)
     t0 = time.monotonic()
-    step()
+    t0 += step(via) or 0
     waiter.join(10)
     assert waiter.status == 201, (kind, waiter.body)
-    assert waiter.body["work_item"]["id"] == waiting.pk
+    assert waiter.body["work_item"]["id"] == waiting_id
     print(f"\n{kind}: woken {1000 * (waiter.answered_at - t0):.0f} ms after the commit began")
     assert waiter.answered_at - t0 < 1.0
+
+
+@KINDS
+def test_a_parked_claim_wakes_for_each_kind_of_change(server, tmp_path, kind, given):
+    token = _token()
+    waiting_id, step = given(tmp_path)
+    _woken(server, token, kind, waiting_id, step, ViaServices())
+
+
+@pytest.fixture(scope="module")
+def redis_servers(django_db_setup, django_db_blocker):
+    """Two daphne servers on the Redis layer, for the module's PostgreSQL tests."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the Redis pair runs on PostgreSQL")
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    env = {"REDIS_URL": REDIS_URL, "WORKCENTER_LOG_LEVEL": "WARNING"}
+    ports = [free_port(), free_port()]
+    procs = [start_daphne(port, env) for port in ports]
+    yield ports
+    for p in procs:
+        stop_process(p)
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL + Redis across two servers")
+@KINDS
+def test_over_redis_a_parked_claim_wakes_for_each_kind_of_change_committed_on_another_server(
+        redis_servers, tmp_path, kind, given):
+    token = _token()
+    waiting_id, step = given(tmp_path)
+    park_port, other_port = redis_servers
+    _woken(park_port, token, kind, waiting_id, step, ViaHttp(other_port, token))
