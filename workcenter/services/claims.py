@@ -71,7 +71,7 @@ def _claim_once(owner_boot_id: str, lease_ms: int, actor: str, now: datetime | N
         conn = connections[DEFAULT_DB_ALIAS]  # resolved once: the proxy costs a lookup per attribute
         with db.hot_cursor(conn) as cur:
             cur.execute(db.sql("claim_first", conn))
-            seen: list[str] = []
+            seen: set[str] = set()  # the candidates this pass read (and could not claim)
             busy_workspace = False
             while True:
                 row = cur.fetchone()
@@ -83,7 +83,7 @@ def _claim_once(owner_boot_id: str, lease_ms: int, actor: str, now: datetime | N
                 if isinstance(claim, Claim):
                     return claim, False
                 busy_workspace = busy_workspace or claim is BUSY_WORKSPACE
-                seen.append(action.pk)
+                seen.add(action.pk)
                 # the next candidate after this one in claim order
                 u = conn.ops.adapt_datetimefield_value(action.updated_at)
                 c = conn.ops.adapt_datetimefield_value(action.created_at)
