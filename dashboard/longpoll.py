@@ -80,7 +80,12 @@ class Parked:
             await joined
 
     async def _listen(self, layer, joined: asyncio.Future) -> None:
-        channel = await layer.new_channel("claims.")
+        # The layer's default prefix, as every consumer's: channels_redis receives all of a
+        # process's channels through ONE key (the name up to "!") and one receive lock, taken
+        # by whichever receive runs; a channel of another prefix has a key of its own, and its
+        # blocking receive held that lock, so the websocket consumers of the process got one
+        # message per wake and their key filled to capacity (group sends then dropped).
+        channel = await layer.new_channel()
         try:
             await layer.group_add(CLAIMS_GROUP, channel)
         finally:
