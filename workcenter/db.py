@@ -13,6 +13,7 @@ This module sits directly above the models (it reads their fields) and below eve
 """
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import re
@@ -23,6 +24,7 @@ from typing import Iterable
 import orjson
 import psycopg
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
@@ -150,6 +152,21 @@ def _json_from_db(value, expression, conn, _loads=orjson.loads, _literals=_JSON_
         return value
 
 
+_UTC = datetime.timezone.utc
+
+
+def _sqlite_utc(value, expression, conn, _dt=datetime.datetime, _parse=datetime.datetime.fromisoformat, _utc=_UTC):
+    """The SQLite backend's `convert_datetimefield_value` for a connection whose time zone is UTC
+    (USE_TZ, no per-database TIME_ZONE): the value arrives parsed by sqlite3's `timestamp`
+    converter as a naive datetime, which is UTC. Django's own takes the connection's time zone
+    through a lazy settings proxy per value, a quarter of a work item's detail read."""
+    if value is None:
+        return None
+    if not isinstance(value, _dt):
+        value = _parse(value)
+    return value if value.tzinfo is not None else value.replace(tzinfo=_utc)
+
+
 def _chain(convs):
     """One callable applying the converters in order (None when there are none)."""
     if not convs:
@@ -189,12 +206,15 @@ class RowSpec:
         out = self._converters.get(ops)
         if out is None:
             out = []
+            utc_sqlite = conn.vendor == "sqlite" and settings.USE_TZ and conn.timezone_name == "UTC"
+            sqlite_datetime = type(ops).convert_datetimefield_value if utc_sqlite else None
             for i, f in enumerate(self.fields):
                 col = f.get_col(self.alias)
                 convs = ops.get_db_converters(col) + col.get_db_converters(conn)
                 # the field's own from_db_value, unless a subclass or custom decoder changes it
                 convs = [_json_from_db if (type(f) is models.JSONField and f.decoder is None
                                            and getattr(c, "__func__", None) is models.JSONField.from_db_value)
+                         else _sqlite_utc if (utc_sqlite and getattr(c, "__func__", None) is sqlite_datetime)
                          else c for c in convs]
                 fn = _chain(convs)
                 if fn is not None:

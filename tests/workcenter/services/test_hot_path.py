@@ -304,6 +304,24 @@ def test_json_columns_decode_as_the_orm_decodes_them(store):
     assert second.context == []
 
 
+def test_sqlite_datetime_columns_convert_as_the_orm_converts_them(store):
+    import datetime
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the SQLite backend's converter (PostgreSQL returns aware datetimes itself)")
+    col = Run._meta.get_field("started_at").get_col("r")
+    # the hot path's rows use the fast converter for this column
+    convs = [c for i, name, c, _ in db.RUN_ROW.converters(connection) if name == "started_at"]
+    assert convs == [db._sqlite_utc]
+    naive = datetime.datetime(2026, 1, 2, 3, 4, 5, 6)
+    values = [None, naive, naive.replace(microsecond=0), "2026-01-02 03:04:05.000006", "2026-01-02 03:04:05",
+              "2026-01-02T03:04:05+02:00", naive.replace(tzinfo=datetime.timezone(datetime.timedelta(hours=-5)))]
+    for value in values:
+        got = db._sqlite_utc(value, col, connection)
+        want = connection.ops.convert_datetimefield_value(value, col, connection)
+        assert got == want and (got is None or got.utcoffset() == want.utcoffset()), value
+
+
 def _two_action_rows(store):
     make_graph(store, [{"id": "a"}])
     make_graph(store, [{"id": "b"}])
