@@ -8,7 +8,7 @@ import json
 import re
 from datetime import datetime
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Count, Max, OuterRef, Q, Subquery, Sum
 
 from . import clock, db, rules
@@ -208,22 +208,17 @@ DETAIL_EVENTS = 500
 def work_item_detail(item_id: str, *, events: bool = True) -> dict:
     """The item, its actions by sequence, runs newest first, newest 500 events (none when
     `events` is False), with stats."""
-    with db.hot_cursor() as cur:
-        conn = cur.db
-        cur.execute(db.sql("detail_item", conn), [item_id])
-        row = cur.fetchone()
-        if row is None:
-            raise NotFound(f"WorkItem not found: {item_id}", extra={"id": item_id})
-        item = db.ITEM_ROW.build(row)
-        cur.execute(db.sql("detail_actions", conn), [item_id])
-        actions = db.ACTION_ROW.build_many(cur.fetchall(), conn)
-        cur.execute(db.sql("detail_runs", conn), [item_id])
-        runs = db.RUN_ROW.build_many(cur.fetchall(), conn)
-        if events:
-            cur.execute(db.sql("detail_events", conn), [item_id, DETAIL_EVENTS])
-            events = db.EVENT_ROW.build_many(cur.fetchall(), conn)
-        else:
-            events = []
+    conn = connections[DEFAULT_DB_ALIAS]
+    reads = [("detail_item", [item_id]), ("detail_actions", [item_id]), ("detail_runs", [item_id])]
+    if events:
+        reads.append(("detail_events", [item_id, DETAIL_EVENTS]))
+    rows = db.read_all(reads, conn)
+    if not rows[0]:
+        raise NotFound(f"WorkItem not found: {item_id}", extra={"id": item_id})
+    item = db.ITEM_ROW.build(rows[0][0])
+    actions = db.ACTION_ROW.build_many(rows[1], conn)
+    runs = db.RUN_ROW.build_many(rows[2], conn)
+    events = db.EVENT_ROW.build_many(rows[3], conn) if events else []
     per_action: dict[str, dict] = {}  # stats_by_action from the runs just read (one query fewer)
     for run in runs:
         sums = per_action.setdefault(run.action_id, {f: 0 for f in COUNTER_FIELDS})
