@@ -304,22 +304,30 @@ def test_json_columns_decode_as_the_orm_decodes_them(store):
     assert second.context == []
 
 
-def test_sqlite_datetime_columns_convert_as_the_orm_converts_them(store):
+def test_datetime_columns_convert_as_the_orm_converts_them(store):
     import datetime
 
-    if connection.vendor != "sqlite":
-        pytest.skip("the SQLite backend's converter (PostgreSQL returns aware datetimes itself)")
     col = Run._meta.get_field("started_at").get_col("r")
-    # the hot path's rows use the fast converter for this column
     convs = [c for i, name, c, _ in db.RUN_ROW.converters(connection) if name == "started_at"]
-    assert convs == [db._sqlite_utc]
+    utc = datetime.timezone.utc
     naive = datetime.datetime(2026, 1, 2, 3, 4, 5, 6)
+    minus5 = datetime.timezone(datetime.timedelta(hours=-5))
     values = [None, naive, naive.replace(microsecond=0), "2026-01-02 03:04:05.000006", "2026-01-02 03:04:05",
-              "2026-01-02T03:04:05+02:00", naive.replace(tzinfo=datetime.timezone(datetime.timedelta(hours=-5)))]
-    for value in values:
-        got = db._sqlite_utc(value, col, connection)
-        want = connection.ops.convert_datetimefield_value(value, col, connection)
-        assert got == want and (got is None or got.utcoffset() == want.utcoffset()), value
+              "2026-01-02T03:04:05+02:00", naive.replace(tzinfo=minus5)]
+    expected = [None, naive.replace(tzinfo=utc), naive.replace(microsecond=0, tzinfo=utc),
+                naive.replace(tzinfo=utc), naive.replace(microsecond=0, tzinfo=utc),
+                datetime.datetime(2026, 1, 2, 1, 4, 5, tzinfo=utc), naive.replace(tzinfo=minus5)]
+    got = [db._sqlite_utc(v, col, connection) for v in values]
+    # the same instants, and every value aware
+    assert got == expected and all(g is None or g.tzinfo is not None for g in got)
+    if connection.vendor == "sqlite":
+        # the hot path's rows use it for this column, and it answers what Django's converter answers
+        assert convs == [db._sqlite_utc]
+        django_conv = connection.ops.convert_datetimefield_value
+        assert got == [django_conv(v, col, connection) for v in values]
+    else:
+        # PostgreSQL hands back aware datetimes itself: the backend's converters stand
+        assert db._sqlite_utc not in convs
 
 
 def _two_action_rows(store):
