@@ -25,7 +25,7 @@ function heldCell(worker, now) {
       h("a", { href: `/work-items/${encodeURIComponent(run.work_item_id)}/` }, run.title),
       h("span", { class: "muted" }, ` · ${run.stage_id} · e${run.lease_epoch} · `),
       h("span", { class: stale ? "renew stale" : "renew", dataset: { run: run.run_id } },
-        `renewed ${formatDuration(since)} ago of a ${formatDuration(run.lease_ms)} lease`),
+        `renewed ${unbroken(formatDuration(since))} ago of a ${unbroken(formatDuration(run.lease_ms))} lease`),
     ];
     if (config.can_change) {
       parts.push(" ", h("a", { class: "small", href: `/admin/workcenter/run/?q=${encodeURIComponent(run.run_id)}`,
@@ -34,6 +34,9 @@ function heldCell(worker, now) {
     return h("li", {}, ...parts);
   })));
 }
+
+// "2 s", "4 min": a figure never wraps away from its unit in a narrow column
+const unbroken = (text) => text.replaceAll(" ", "\u00a0");
 
 function render() {
   const now = Date.now() + skew;

@@ -75,6 +75,9 @@ def test_a_stopped_worker_is_marked_within_half_a_lease(page, daphne_server, bg)
         seen = page.locator(f'#workers tr[data-boot="{stopped_boot}"] td.col-time').inner_text()
         assert re.fullmatch(r"\d+ s ago", seen), seen
         screenshot(page, "workers-stopped.png")
+        for width in (1280, 800):  # as a lead's laptop and a narrow window show it
+            page.set_viewport_size({"width": width, "height": 900})
+            screenshot(page, f"workers-stopped-{width}.png")
     finally:
         for w in workers:
             try:
