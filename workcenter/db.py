@@ -179,10 +179,8 @@ def _json_from_db(value, expression, conn, _loads=orjson.loads, _literals=_JSON_
         return value
 
 
-_UTC = datetime.timezone.utc
-
-
-def _sqlite_utc(value, expression, conn, _dt=datetime.datetime, _parse=datetime.datetime.fromisoformat, _utc=_UTC):
+def _sqlite_utc(value, expression, conn, _dt=datetime.datetime, _parse=datetime.datetime.fromisoformat,
+                _utc=datetime.timezone.utc):
     """The SQLite backend's `convert_datetimefield_value` for a connection whose time zone is UTC
     (USE_TZ, no per-database TIME_ZONE): the value arrives parsed by sqlite3's `timestamp`
     converter as a naive datetime, which is UTC. Django's own takes the connection's time zone
