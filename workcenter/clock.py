@@ -12,11 +12,14 @@ def now():
     return timezone.now()
 
 
-def iso_ms(value: datetime | None) -> str | None:
+def iso_ms(value: datetime | None, _utc=dt_timezone.utc) -> str | None:
     """ISO 8601, UTC, millisecond precision, `Z` (API.md §0); None stays None."""
     if value is None:
         return None
-    if value.tzinfo is None:
+    tz = value.tzinfo
+    if tz is _utc:  # what the store's rows and clock give: no offset to look up
+        return value.isoformat(timespec="milliseconds")[:-6] + "Z"
+    if tz is None:
         value = value.replace(tzinfo=dt_timezone.utc)
     elif value.utcoffset():
         value = value.astimezone(dt_timezone.utc)

@@ -124,3 +124,42 @@ def test_live_stream_payloads_render_as_pydantic_renders_them(store):
     assert len(stored) >= 8
     for event in stored:
         assert render.render(EventOut, event) == EventOut.from_orm(event).model_dump(mode="json")
+
+
+def test_attribute_objects_follow_defaults_and_report_what_they_lack():
+    class Item(BaseModel):
+        a: int
+        b: list[int] = [1]
+        when: str | None = None
+
+    class Obj:
+        a = 3
+
+    assert render.render(Item, Obj()) == {"a": 3, "b": [1], "when": None}
+    with pytest.raises(AttributeError, match="'a'"):
+        render.render(Item, object())
+
+
+def test_a_schema_that_nests_itself_renders_its_nested_values():
+    class Node(BaseModel):
+        name: str
+        children: list["Node"] = []
+        parent: "Node | None" = None
+
+    Node.model_rebuild()
+    tree = {"name": "root", "children": [{"name": "leaf", "children": [None]}], "parent": {"name": "up"}}
+    assert render.render(Node, tree) == {
+        "name": "root", "children": [{"name": "leaf", "children": [None], "parent": None}],
+        "parent": {"name": "up", "children": [], "parent": None}}
+
+
+def test_a_schema_that_cannot_compile_leaves_no_plan_behind():
+    class Bad(BaseModel):
+        x: int
+
+        def resolve_x(self):  # resolvers must be static
+            return 1
+
+    for _ in range(2):
+        with pytest.raises(TypeError, match="static"):
+            render.compile_schema(Bad)
