@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import threading
 import types
 import typing
 from typing import Any, Callable
@@ -28,6 +29,8 @@ from pydantic_core import PydanticUndefined
 
 _MISSING = object()
 _plans: dict[type, Callable[[Any], dict]] = {}
+_compiling: dict[type, Callable[[Any], dict]] = {}
+_compile_lock = threading.RLock()
 
 
 def _unwrap(annotation) -> tuple[Any, list]:
@@ -76,12 +79,18 @@ def compile_schema(schema: type[BaseModel]) -> Callable[[Any], dict]:
     plan = _plans.get(schema)
     if plan is not None:
         return plan
-    _plans[schema] = _pending(schema)  # a self-referencing schema finds its plan while compiling
-    try:
-        plan = _plans[schema] = _generate(schema)
-    except BaseException:
-        del _plans[schema]
-        raise
+    # Request threads render concurrently: one compiles, the others wait for its plan. The
+    # placeholder that lets a schema nesting itself refer to its own plan is only seen by the
+    # compiling thread (the lock is re-entrant for the nested schemas it compiles).
+    with _compile_lock:
+        plan = _plans.get(schema) or _compiling.get(schema)
+        if plan is not None:
+            return plan
+        _compiling[schema] = _pending(schema)
+        try:
+            plan = _plans[schema] = _generate(schema)
+        finally:
+            del _compiling[schema]
     return plan
 
 
@@ -120,7 +129,7 @@ def _generate(schema: type[BaseModel]) -> Callable[[Any], dict]:
 
 
 def _pending(schema):
-    def plan(obj):  # only reachable from a schema that nests itself, while it compiles
+    def plan(obj):  # a self-nesting schema's reference to its own plan, compiled by the time it runs
         return _plans[schema](obj)
     return plan
 

@@ -163,3 +163,39 @@ def test_a_schema_that_cannot_compile_leaves_no_plan_behind():
     for _ in range(2):
         with pytest.raises(TypeError, match="static"):
             render.compile_schema(Bad)
+
+
+def test_threads_rendering_a_schema_for_the_first_time_all_get_its_plan(monkeypatch):
+    """Request threads render at once after a server starts: while one compiles a plan, the
+    others wait for it (they once got the compiling thread's placeholder and recursed)."""
+    import threading
+    import time
+
+    class Fresh(BaseModel):
+        n: int
+        child: "Fresh | None" = None
+
+    Fresh.model_rebuild()
+    generate = render._generate
+
+    def slow_generate(schema):
+        time.sleep(0.05)  # a compile long enough for the other threads to arrive meanwhile
+        return generate(schema)
+
+    monkeypatch.setattr(render, "_generate", slow_generate)
+    start, results, errors = threading.Barrier(4), [], []
+
+    def one():
+        start.wait()
+        try:
+            results.append(render.render(Fresh, {"n": 1, "child": {"n": 2}}))
+        except BaseException as exc:  # noqa: BLE001 (collected for the assertion)
+            errors.append(repr(exc)[:200])
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert results == [{"n": 1, "child": {"n": 2, "child": None}}] * 4
