@@ -17,11 +17,10 @@ def iso_ms(value: datetime | None, _utc=dt_timezone.utc) -> str | None:
     if value is None:
         return None
     tz = value.tzinfo
-    if tz is _utc:  # what the store's rows and clock give: no offset to look up
-        return value.isoformat(timespec="milliseconds")[:-6] + "Z"
-    if tz is None:
-        value = value.replace(tzinfo=dt_timezone.utc)
-    elif value.utcoffset():
-        value = value.astimezone(dt_timezone.utc)
+    if tz is not _utc:  # the store's rows and clock carry `_utc` itself: no offset to look up
+        if tz is None:
+            value = value.replace(tzinfo=_utc)
+        elif value.utcoffset():
+            value = value.astimezone(_utc)
     # isoformat is C code (strftime and an f-string cost 3x more per call); the offset is +00:00
     return value.isoformat(timespec="milliseconds")[:-6] + "Z"

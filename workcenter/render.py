@@ -110,9 +110,10 @@ def _generate(schema: type[BaseModel]) -> Callable[[Any], dict]:
         conv = _converter(field.annotation, field.metadata)
         if conv is not None:
             env[f"c{i}"] = conv
+        if resolver is not None:
+            env[f"r{i}"] = resolver.__func__
         for source, lines in branches.items():
             if resolver is not None:
-                env[f"r{i}"] = resolver.__func__
                 lines.append(f"v{i} = r{i}(obj)")
             elif source == "dict":
                 lines += [f"v{i} = obj.get({name!r}, _missing)", f"if v{i} is _missing:", f"    v{i} = {absent}"]
