@@ -11,6 +11,10 @@ from workcenter.security import refuse_insecure_production  # noqa: E402
 
 refuse_insecure_production()
 
+from workcenter.serving import trim_server_overheads  # noqa: E402
+
+trim_server_overheads()
+
 from workcenter.handlers import get_asgi_application  # noqa: E402 (one thread hop per request, kept DB connections)
 
 django_asgi_app = get_asgi_application()

@@ -154,9 +154,12 @@ class TokenAuth(HttpBearer):
     def __init__(self, permission: str | None) -> None:
         self.permission = permission
         super().__init__()
+        self.meta_key = "HTTP_" + self.header.upper().replace("-", "_")
 
     def __call__(self, request: HttpRequest):
-        header = request.headers.get(self.header)
+        # META, not request.headers: that mapping of every header is built on first use, about
+        # 0.1 ms a request on the worker's hot path, and nothing else here needs it
+        header = request.META.get(self.meta_key)
         if not header:
             return None
         scheme, _, raw = header.strip().partition(" ")

@@ -23,6 +23,7 @@ from typing import Iterable
 
 import orjson
 import psycopg
+from psycopg.types.datetime import TimestamptzLoader
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -67,7 +68,19 @@ def hot_cursor(conn=None):
         return conn.cursor()
     conn.close_if_health_check_failed()  # what connection.cursor() does first
     conn.ensure_connection()
-    return conn._prepare_cursor(HotCursor(conn.connection))
+    cur = HotCursor(conn.connection)
+    if conn.timezone is _UTC and conn.timezone_name == "UTC":
+        # psycopg's own timestamptz loader (its C version with psycopg[binary]) in place of
+        # Django's, a Python subclass that parses in Python and then replaces the tzinfo: on a
+        # session whose TimeZone Django set to UTC both give aware values in datetime.timezone.utc,
+        # 0.5 µs a value instead of 3.7 µs (a six-action item's detail reads about forty).
+        # Only this cursor: the ORM's cursors check that the connection's loader is Django's.
+        cur.adapters.register_loader(TIMESTAMPTZ_OID, TimestamptzLoader)
+    return conn._prepare_cursor(cur)
+
+
+_UTC = datetime.timezone.utc
+TIMESTAMPTZ_OID = psycopg.adapters.types["timestamptz"].oid
 
 
 _DOLLAR: dict[str, str] = {}

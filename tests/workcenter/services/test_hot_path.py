@@ -126,6 +126,30 @@ def test_hot_statements_are_prepared_on_postgresql(db):
     assert connection.connection.prepare_threshold == 2
 
 
+@pytest.mark.postgres
+def test_hot_reads_load_timestamps_as_the_orm_does_with_psycopgs_loader(store):
+    # the hot cursor loads timestamptz with psycopg's own loader, the ORM's cursors keep Django's
+    if connection.vendor != "postgresql":
+        pytest.skip("the timestamptz loader is PostgreSQL's")
+    import datetime
+
+    item = make_graph(store, [{"id": "a"}])
+    c = store.claim()
+    with db.hot_cursor() as cur:
+        loader = cur.adapters.get_loader(db.TIMESTAMPTZ_OID, 0)
+        cur.execute(f'SELECT started_at, expires_at FROM "{Run._meta.db_table}" WHERE id = %s', [c.run.pk])
+        started, expires = cur.fetchone()
+    with connection.cursor() as orm_cur:
+        django_loader = orm_cur.cursor.adapters.get_loader(db.TIMESTAMPTZ_OID, 0)
+    assert loader.__name__ == "TimestamptzLoader" and loader is not django_loader
+    assert started.tzinfo is datetime.timezone.utc and expires.tzinfo is datetime.timezone.utc
+    run = Run.objects.get(pk=c.run.pk)
+    assert (started, expires) == (run.started_at, run.expires_at)
+    assert run.started_at.tzinfo is datetime.timezone.utc
+    detail = db.RUN_ROW.build_many([r for r in db.read_all([("detail_runs", [item.pk])])[0]])[0]
+    assert _fields(detail) == _fields(run)
+
+
 def test_action_claim_walks_past_blocked_candidates_in_claim_order(store, tmp_path):
     # given two older candidates blocked by a running shared action in their workspace
     ws = str(tmp_path)
