@@ -20,14 +20,14 @@ import functools
 
 
 def trim_server_overheads() -> None:
-    try:
+    try:  # local: the web process imports Twisted; workers and commands never do
         from twisted.web import http
     except ImportError:  # not running under daphne/Twisted
         return
     parse = getattr(http, "_parseContentType", None)
     if parse is not None and not hasattr(parse, "cache_info"):
         http._parseContentType = functools.lru_cache(maxsize=256)(parse)
-    try:
+    try:  # local, as above: daphne is only present where it serves
         from daphne.http_protocol import HTTPFactory
     except ImportError:
         return
