@@ -111,11 +111,10 @@ def api_token_user(raw: str, *, permission: str | None = None):
     # one fixed statement on the hot path's cursor (prepared on PostgreSQL; the ORM took 1.1 ms
     # per request to compile the equivalent query, whose execution takes 0.03 ms); the user row
     # is built as the ORM loads it
-    with db.hot_cursor() as cur:
-        db.hot_execute(cur, db.sql("token_user_permission" if fast else "token_user", cur.db), params)
-        row = cur.fetchone()
-    if row is None:
+    rows = db.read_all([("token_user_permission" if fast else "token_user", params)])[0]
+    if not rows:
         return None
+    row = rows[0]
     user_row = db.user_row()
     n = len(user_row.fields)
     token_id, token_digest, touch, holds = row[n:]

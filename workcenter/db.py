@@ -68,6 +68,10 @@ def hot_cursor(conn=None):
         return conn.cursor()
     conn.close_if_health_check_failed()  # what connection.cursor() does first
     conn.ensure_connection()
+    return conn._prepare_cursor(_new_hot_cursor(conn))
+
+
+def _new_hot_cursor(conn) -> HotCursor:
     cur = HotCursor(conn.connection)
     if conn.timezone is _UTC and conn.timezone_name == "UTC":
         # psycopg's own timestamptz loader (its C version with psycopg[binary]) in place of
@@ -76,7 +80,7 @@ def hot_cursor(conn=None):
         # 0.5 µs a value instead of 3.7 µs (a six-action item's detail reads about forty).
         # Only this cursor: the ORM's cursors check that the connection's loader is Django's.
         cur.adapters.register_loader(TIMESTAMPTZ_OID, TimestamptzLoader)
-    return conn._prepare_cursor(cur)
+    return cur
 
 
 _UTC = datetime.timezone.utc
@@ -145,10 +149,11 @@ _sqlite_execute = sqlite3.Cursor.execute
 def read_all(statements: list[tuple[str, list]], conn=None) -> list[list[tuple]]:
     """The rows of several independent reads (statement name, parameters), in order.
 
-    On PostgreSQL they go out together in psycopg's pipeline mode, one cursor each: the server
-    receives them at once and the thread waits for their results once, not once per statement
-    (a work item's detail is four reads, and the worker's submit with `claim_next` reads two
-    details). On SQLite, one after the other on one cursor."""
+    On PostgreSQL they go out together in psycopg's pipeline mode (one read goes out alone): the
+    server receives them at once and the thread waits for their results once, not once per
+    statement (a work item's detail is four reads, and the worker's submit with `claim_next`
+    reads two details). Each statement runs on the connection's own cursor for that statement
+    (`_statement_cursor`). On SQLite, one after the other on one cursor."""
     if conn is None:
         conn = connections[DEFAULT_DB_ALIAS]
     if conn.vendor != "postgresql":
@@ -158,6 +163,23 @@ def read_all(statements: list[tuple[str, list]], conn=None) -> list[list[tuple]]
                 hot_execute(cur, sql(name, conn), params)
                 out.append(cur.fetchall())
             return out
+    if conn.queries_logged or conn.execute_wrappers or len({n for n, _ in statements}) < len(statements):
+        # what observes statements sees these too; a statement twice needs a cursor per run
+        return _read_all_wrapped(statements, conn)
+    conn.close_if_health_check_failed()  # what connection.cursor() does first
+    conn.ensure_connection()
+    conn.validate_no_broken_transaction()  # what CursorWrapper.execute() does first
+    cursors = [_statement_cursor(conn, name) for name, _ in statements]
+    with conn.wrap_database_errors:
+        if len(statements) == 1:
+            return [cursors[0].execute(sql(statements[0][0], conn), statements[0][1]).fetchall()]
+        with conn.connection.pipeline():
+            for cur, (name, params) in zip(cursors, statements):
+                cur.execute(sql(name, conn), params)
+            return [cur.fetchall() for cur in cursors]
+
+
+def _read_all_wrapped(statements: list[tuple[str, list]], conn) -> list[list[tuple]]:
     cursors = [hot_cursor(conn) for _ in statements]
     try:
         with conn.wrap_database_errors, conn.connection.pipeline():
@@ -167,6 +189,25 @@ def read_all(statements: list[tuple[str, list]], conn=None) -> list[list[tuple]]
     finally:
         for cur in cursors:
             cur.close()
+
+
+def _statement_cursor(conn, name: str) -> HotCursor:
+    """The PostgreSQL connection's own cursor for the read `name`, made on first use and kept
+    while the connection lives. psycopg gives a cursor a new adaptation context (Transformer)
+    whenever it runs another query text, and a new cursor starts with empty dumper and loader
+    caches, so a fresh cursor per read looked up the adapters of every parameter and column on
+    every call; a cursor that runs only its own statement keeps them. Read by `read_all` only,
+    which fetches every row before it returns, so a cursor never holds a result anyone still
+    reads (it keeps the last one until its next run: one result per statement and connection).
+    Connections are per thread in Django, and so are these cursors."""
+    raw = conn.connection
+    cache = conn.__dict__.get("_statement_cursors")
+    if cache is None or cache[0] is not raw:
+        cache = conn.__dict__["_statement_cursors"] = (raw, {})
+    cur = cache[1].get(name)
+    if cur is None:
+        cur = cache[1][name] = _new_hot_cursor(conn)
+    return cur
 
 
 _JSON_LITERALS = {"[]": list, "{}": dict}

@@ -150,6 +150,42 @@ def test_hot_reads_load_timestamps_as_the_orm_does_with_psycopgs_loader(store):
     assert _fields(detail) == _fields(run)
 
 
+@pytest.mark.postgres
+def test_reads_keep_a_cursor_per_statement_and_connection(store):
+    # on PostgreSQL each read runs on the connection's own cursor for that statement
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite reads on one cursor")
+    item = make_graph(store, [{"id": "a"}, {"id": "b", "deps": ["a"]}])
+    store.claim()
+    reads = [("detail_item", [item.pk]), ("detail_actions", [item.pk]), ("detail_runs", [item.pk])]
+    first = db.read_all(reads)
+    cursors = [db._statement_cursor(connection, name) for name, _ in reads]
+    # when the same reads run again: the same cursors, and what they read is what the ORM reads
+    again = db.read_all(reads)
+    assert [db._statement_cursor(connection, name) for name, _ in reads] == cursors
+    assert again == first and len(first[1]) == 2 and len(first[2]) == 1
+    assert [a.pk for a in db.ACTION_ROW.build_many(again[1], connection)] == list(
+        Action.objects.filter(work_item=item).order_by("sequence").values_list("pk", flat=True))
+    # a statement read twice in one call gets both results
+    twice = db.read_all([("detail_actions", [item.pk]), ("detail_actions", ["no-such-item"])])
+    assert twice == [first[1], []]
+    # what observes statements sees them
+    with CaptureQueriesContext(connection) as seen:
+        assert db.read_all(reads) == first
+    assert len(seen.captured_queries) == 3
+    # another connection (another thread) has cursors of its own
+    seen_there = []
+
+    def other():
+        from django.db import connections
+
+        seen_there.append((db.read_all([("detail_item", ["no-such-item"])]),
+                           db._statement_cursor(connections["default"], "detail_item")))
+
+    _started(other).join()
+    assert seen_there[0][0] == [[]] and seen_there[0][1] is not cursors[0]
+
+
 def test_action_claim_walks_past_blocked_candidates_in_claim_order(store, tmp_path):
     # given two older candidates blocked by a running shared action in their workspace
     ws = str(tmp_path)
