@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Optional, Union
 
 from ninja import Field, Schema
-from ninja.schema import DjangoGetter
 from pydantic import (
     AfterValidator,
     BeforeValidator,
@@ -136,14 +135,14 @@ class InputSchema(Schema):
     @model_validator(mode="wrap")
     @classmethod
     def _run_root_validator(cls, values: Any, handler, info) -> Any:
-        """ninja's Schema validates a model that forbids extra fields twice: the value itself,
-        then again through its DjangoGetter (which reads ORM objects and `resolve_*` methods,
-        none of which a request body has). A body (a JSON object) is validated once, with the
-        same result and the same errors; anything else still goes ninja's way."""
+        """Replaces ninja's validator of the same name (same name, so only this one runs).
+        ninja's Schema validates a model that forbids extra fields twice: the value itself, then
+        again through its DjangoGetter (which reads ORM objects and `resolve_*` methods, none of
+        which a request body has). A body (a JSON object) is validated once, with the same result
+        and the same errors; anything else is handed to ninja's own."""
         if type(values) is dict:
             return handler(values)
-        handler(values)
-        return handler(DjangoGetter(values, cls, info.context))
+        return super()._run_root_validator(values, handler, info)
 
 
 WORK_DIR_DOC = ("an absolute path (no `..` segment) naming an existing directory on the server host, inside "

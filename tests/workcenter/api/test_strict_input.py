@@ -398,5 +398,4 @@ def test_a_body_is_validated_once_and_refused_as_before():
         Outer.model_validate({"x": 1, "inner": {"y": 2, "z": 3}})
     assert [(e["type"], e["loc"]) for e in refused.value.errors()] == [("extra_forbidden", ("inner", "z"))]
     # an object that is not a dict still goes ninja's way (attributes read through its getter)
-    seen.clear()
     assert Outer.model_validate(type("Row", (), {"x": 5, "inner": None})()).x == 5
