@@ -181,8 +181,8 @@ class LongPollClaims:
                 start, chunks = await self._attempt(scope, body)
                 contended = contended + 1 if _contended(start) else 0
                 if logger.isEnabledFor(logging.DEBUG):
-                    logger.debug("claim attempt %.6f %.6f %s%s", tried_at, time.time(), start["status"],
-                                 " contended" if contended else "")
+                    logger.debug("claim attempt %.6f %.6f %s%s #%x", tried_at, time.time(), start["status"],
+                                 " contended" if contended else "", id(scope))
                 if wakes and start["status"] == 204:
                     EMPTY_WAKES.inc()
                 wakes = 0
@@ -205,7 +205,7 @@ class LongPollClaims:
                 finally:
                     PARKED_CLAIMS.dec()
                     if logger.isEnabledFor(logging.DEBUG):  # when a worker sat idle (wall clock, for tests)
-                        logger.debug("claim parked %.6f %.6f", parked_at, time.time())
+                        logger.debug("claim parked %.6f %.6f #%x", parked_at, time.time(), id(scope))
                 if gone.done():
                     parked.leave(future)
                     return

@@ -648,14 +648,15 @@ class Publisher:
     async def _send_all(self, layer, groups: list[str], message: dict) -> None:
         # one send at a time per loop, in submission order, so one process's events leave in order
         loop = asyncio.get_running_loop()
-        lock = self._send_locks.get(loop)
-        if lock is None:
-            lock = self._send_locks[loop] = asyncio.Lock()
+        lock = self._send_locks.get(loop) or self._send_locks.setdefault(loop, asyncio.Lock())
         async with lock:
             if message is WAKE:
                 self.wake_sending()
+            began = time.time()
             for group in groups:
                 await layer.group_send(group, message)
+            if message is WAKE and claims_logger.isEnabledFor(logging.DEBUG):  # the send's times (diagnosis)
+                claims_logger.debug("claims wake sent %.6f %.6f", began, time.time())
 
     def _sent(self, future) -> None:
         self._pending.discard(future)

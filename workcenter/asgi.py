@@ -34,3 +34,8 @@ application = ProtocolTypeRouter({
     "http": LongPollClaims(StaticFilesApp(django_asgi_app)),
     "websocket": websocket_application,
 })
+
+# Last: everything the server needs is loaded; the collector skips it from here on (serving.py).
+from workcenter.serving import freeze_startup_heap  # noqa: E402
+
+freeze_startup_heap()
