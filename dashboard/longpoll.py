@@ -12,9 +12,11 @@ integration reservation …) sends one `claims.wake` message to the channel-laye
 `workcenter.claims` (dashboard/publisher.py, after the commit; on the embedded default the event
 pump, which runs while a claim is parked, does the same for what other processes committed). Each web process listens to that group
 with one channel (`Parked`, started by its first long-poll) and, per wake, wakes **one** of its
-parked requests, oldest first. That request claims again: when it gets an action it wakes the next
-one (one event can make several actions claimable), when it gets nothing it parks again — so a
-new action costs at most one failed claim per web process, not one per parked worker.
+parked requests, oldest first. That request claims again: when it gets an action and the claim saw
+another claimable beside it (the `Workcenter-Claim-More` header of services.claim_attempt: one
+commit can make several claimable — a stage with several dependants, a plan's parallel branches),
+it wakes the next one; when it gets nothing it parks again — so a new action costs at most one
+failed claim per web process, not one per parked worker.
 
 No lost wake-up: a request registers as parked *before* each attempt; a wake that arrives while
 it is attempting is kept and makes it attempt again at once instead of parking, and a request
@@ -40,7 +42,7 @@ import time
 
 from channels.layers import get_channel_layer
 
-from workcenter.constants import CLAIM_CONTENDED_HEADER
+from workcenter.constants import CLAIM_CONTENDED_HEADER, CLAIM_MORE_HEADER
 from workcenter.instruments import EMPTY_WAKES, PARKED_CLAIMS
 
 from .live_state import CLAIMS_GROUP
@@ -51,6 +53,7 @@ logger = logging.getLogger("workcenter.claims")
 CLAIMS_PATH = "/api/v1/claims"
 MAX_WAIT_MS = 30_000
 CONTENDED_HEADER = CLAIM_CONTENDED_HEADER.lower().encode()
+MORE_HEADER = CLAIM_MORE_HEADER.lower().encode()
 # A claim that skipped a candidate another transaction held for a moment (services.claim_attempt)
 # looks again after these pauses, then parks as usual. A parked claim needs a wake, and the
 # holders that skip others — a claim of the item's other branch, a progress report, a renewal —
@@ -179,7 +182,8 @@ class LongPollClaims:
                 future = parked.park()
                 tried_at = time.time()
                 start, chunks = await self._attempt(scope, body)
-                contended = contended + 1 if _contended(start) else 0
+                hints = _hints(start)
+                contended = contended + 1 if CONTENDED_HEADER in hints else 0
                 if logger.isEnabledFor(logging.DEBUG):
                     logger.debug("claim attempt %.6f %.6f %s%s #%x", tried_at, time.time(), start["status"],
                                  " contended" if contended else "", id(scope))
@@ -188,8 +192,9 @@ class LongPollClaims:
                 wakes = 0
                 remaining = deadline - time.monotonic()
                 if start["status"] != 204 or remaining <= 0 or gone.done():
-                    # a wake it holds goes on: after a claim, more may be claimable
-                    parked.leave(future)
+                    parked.leave(future)  # a wake it holds goes on
+                    if MORE_HEADER in hints:  # its claim saw another claimable action: the next one tries
+                        parked.wake_one()
                     if not gone.done():
                         await send(start)
                         for chunk in chunks:
@@ -229,15 +234,16 @@ class LongPollClaims:
         return start, [m for m in messages if m["type"] == "http.response.body"]
 
 
-def _contended(start: dict) -> bool:
-    """Whether an attempt's answer says it skipped a candidate another transaction held (the
-    header is the server's own business: it is taken out of what the client receives)."""
+def _hints(start: dict) -> set[bytes]:
+    """The hint headers of an attempt's answer (lower-case names): it skipped a candidate another
+    transaction held, or another action was claimable beside the one it claimed. They are the
+    server's own business: taken out of what the client receives."""
     headers = start.get("headers") or []
-    kept = [h for h in headers if bytes(h[0]).lower() != CONTENDED_HEADER]
+    kept = [h for h in headers if bytes(h[0]).lower() not in (CONTENDED_HEADER, MORE_HEADER)]
     if len(kept) == len(headers):
-        return False
+        return set()
     start["headers"] = kept
-    return True
+    return {bytes(h[0]).lower() for h in headers} & {CONTENDED_HEADER, MORE_HEADER}
 
 
 async def _read(receive) -> tuple[bytes, bool]:

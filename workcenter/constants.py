@@ -25,3 +25,7 @@ MAX_INT64 = 2**63 - 1
 # transaction held at that moment (services.claims.claim_attempt): the long-poll claim tries again
 # shortly instead of parking, and removes the header from what the client receives.
 CLAIM_CONTENDED_HEADER = "Workcenter-Claim-Contended"
+# The header a 201 of `POST /api/v1/claims` carries when another action was claimable beside the
+# one claimed (one commit can make several claimable: a stage with several dependants, a plan's
+# parallel branches, a retry): the long-poll claim then wakes the next parked claim of its process.
+CLAIM_MORE_HEADER = "Workcenter-Claim-More"

@@ -34,6 +34,11 @@ WHERE a."claimable" AND (a."updated_at" > %s OR (a."updated_at" = %s AND (a."seq
   OR (a."sequence" = %s AND a."created_at" > %s))))
 ORDER BY a."updated_at", a."sequence", a."created_at" LIMIT 1
 
+-- name: claim_more
+-- Whether another action is claimable beside the one a claim takes (a hint for the waiting claims: one commit can make several claimable), in claim order so that it reads the partial index wc_action_claimable however many actions are not claimable. Runs as the claim's write batch's tail: on PostgreSQL it sees the rows before the batch. Locks: nothing.
+SELECT a."id" FROM {table:Action} a WHERE a."claimable" AND a."id" <> %s
+ORDER BY a."updated_at", a."sequence", a."created_at" LIMIT 1
+
 -- name: claim_peek
 -- The first claimable actions in claim order, read without locks: a claim that found nothing compares them with the candidates it read, and one it never read was skipped because another transaction held its action or item row (PostgreSQL). Locks: nothing.
 SELECT a."id" FROM {table:Action} a WHERE a."claimable" ORDER BY a."updated_at", a."sequence", a."created_at" LIMIT %s

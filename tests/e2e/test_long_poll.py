@@ -407,3 +407,25 @@ def test_over_redis_a_parked_claim_wakes_for_each_kind_of_change_committed_on_an
     waiting_id, step = given(tmp_path)
     park_port, other_port = redis_servers
     _woken(park_port, token, kind, waiting_id, step, ViaHttp(other_port, token))
+
+
+def test_one_commit_that_makes_several_actions_claimable_is_claimed_by_as_many_parked_claims(server):
+    """A stage with three dependants completes (or a plan with parallel branches is accepted): one
+    commit, several claimable actions, one wake — and each process wakes one parked claim per
+    wake. A claim that saw another claimable action beside its own wakes the next parked claim,
+    so all three go out at once, not at the other claims' deadlines."""
+    token = _token()
+    claim = _hold([{"id": "a"}, {"id": "b", "deps": ["a"]}, {"id": "c", "deps": ["a"]}, {"id": "d", "deps": ["a"]}])
+    waiters = [Parked(server, token, 8_000, boot=f"boot-{i}") for i in range(4)]
+    for w in waiters:
+        w.start()
+    assert wait_until(lambda: _parked(server, token) == 4, 10)
+    t0 = time.monotonic()
+    ViaServices().submit(claim)  # another process's commit: b, c and d claimable at once
+    assert wait_until(lambda: sum(w.status == 201 for w in waiters) == 3, 5), [w.status for w in waiters]
+    print(f"\nthree parked claims answered within {1000 * (max(w.answered_at for w in waiters if w.answered_at) - t0):.0f} ms "
+          "of the commit")
+    assert sorted(w.body["action"]["stage_id"] for w in waiters if w.status == 201) == ["b", "c", "d"]
+    # the last claim saw nothing more beside its own: the fourth was not woken to find nothing
+    time.sleep(0.3)
+    assert _parked(server, token) == 1 and [w.status for w in waiters].count(None) == 1

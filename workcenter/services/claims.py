@@ -22,6 +22,7 @@ class Claim:
     work_item: WorkItem
     action: Action
     run: Run
+    more: bool = False  # another action was claimable beside this one when it was claimed
 
 
 def action_claim(
@@ -56,7 +57,11 @@ def claim_attempt(*, owner_boot_id: str, lease_ms: int = 60_000, actor: str | No
     row a progress report or renewal holds, a second reader of a workspace another claim holds.
     "Nothing claimable" is then not the whole truth, and the holders that commit no event
     (claims, progress reports, renewals) wake no waiting claim when they end: the caller should
-    try again shortly (the long-poll claim does, without holding a thread meanwhile)."""
+    try again shortly (the long-poll claim does, without holding a thread meanwhile).
+
+    A claim that got an action says whether another was claimable beside it (`Claim.more`, read
+    in the same statement as its writes): one commit can make several claimable, and a waiting
+    claim woken by it should not be the only one to try."""
     if not isinstance(owner_boot_id, str) or not owner_boot_id.strip():
         raise InvalidInput("owner_boot_id is required", fields=["owner_boot_id"])
     common.check_duration(lease_ms, "lease_ms")
@@ -152,9 +157,10 @@ def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms
     event_append(work_item_id=item.pk, type=EventType.RUN_CLAIMED,
                  data={"owner_boot_id": owner_boot_id, "lease_epoch": epoch},
                  action_id=action.pk, run_id=run_id, actor=actor, now=now, writes=w)
-    w.flush()
+    # the batch's tail: whether another action is claimable beside this one (no extra round trip)
+    more = bool(w.flush(tail=db.sql("claim_more", cur.db), tail_params=[action.pk]))
     fault_point("after_claim_update")
-    return Claim(work_item=item, action=action, run=run)
+    return Claim(work_item=item, action=action, run=run, more=more)
 
 
 def _insert_run(writes: db.Writes, run_id: str, action: Action, item: WorkItem, owner_boot_id: str, epoch: int,

@@ -65,7 +65,8 @@ def test_partial_row_defers_the_other_columns(store):
 def test_claim_and_submit_use_a_bounded_number_of_statements(store):
     # given a graph item a -> b
     make_graph(store, [{"id": "a"}, {"id": "b", "deps": ["a"]}])
-    # when a claim runs: candidate, then action update, item update, run insert, event insert
+    # when a claim runs: candidate, then action update, item update, run insert, event insert, and
+    # whether another action is claimable (on PostgreSQL the tail of the write statement)
     with CaptureQueriesContext(connection) as claim_q:
         c = store.claim()
     # and its submit: lease read, run and action updates with the actions read, then item, flag
@@ -82,9 +83,19 @@ def test_claim_and_submit_use_a_bounded_number_of_statements(store):
         assert len(statements(claim_q)) == 2, statements(claim_q)
         assert len(statements(submit_q)) == 3, statements(submit_q)
     else:
-        assert len(statements(claim_q)) == 5, statements(claim_q)
+        assert len(statements(claim_q)) == 6, statements(claim_q)
         assert len(statements(submit_q)) == 7, statements(submit_q)
     assert Action.objects.get(stage_id="b").claimable is True
+
+
+def test_a_claim_says_whether_another_action_was_claimable_beside_it(store):
+    # given a graph item with two ready branches and a dependant
+    make_graph(store, [{"id": "a"}, {"id": "b"}, {"id": "c", "deps": ["a", "b"]}])
+    # the first claim saw the other branch; the second saw nothing more (c waits for both)
+    first, second = store.claim(), store.claim()
+    assert (first.action.stage_id, first.more) == ("a", True)
+    assert (second.action.stage_id, second.more) == ("b", False)
+    assert store.claim() is None
 
 
 def test_a_write_batch_that_misses_a_guard_writes_nothing(store):
