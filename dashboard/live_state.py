@@ -22,12 +22,14 @@ import logging
 import threading
 import time
 
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection
 
 from workcenter import item_state
 from workcenter import overview as overview_figures
 from workcenter.render import dumps as render_dumps
+from workcenter.redis_layer import CLAIMS_LAYER
 from workcenter.render import render
 from workcenter.schemas import OverviewOut
 
@@ -35,6 +37,14 @@ logger = logging.getLogger("workcenter.events")
 
 CLAIMS_GROUP = "workcenter.claims"  # the long-poll claims' wake-ups (dashboard/longpoll.py)
 WAKE = {"type": "claims.wake"}
+
+
+def claims_layer():
+    """The channel layer of the claims' wake-ups: the `claims` alias where the settings give one
+    (Redis pub/sub beside the Redis layer: workcenter/redis_layer.py), else the default layer."""
+    if CLAIMS_LAYER in getattr(settings, "CHANNEL_LAYERS", {}):
+        return get_channel_layer(CLAIMS_LAYER)
+    return get_channel_layer()
 
 
 def wakes_claims(event_type: str) -> bool:

@@ -9,7 +9,8 @@ Wake-ups. Every process that commits an event that may make an action claimable 
 `run.claimed`: an item created or started, an action completed — its dependants may now run —,
 a run that ended and freed its workspace, a retry, a reset, a recovery, an interrupt, an ended
 integration reservation …) sends one `claims.wake` message to the channel-layer group
-`workcenter.claims` (dashboard/publisher.py, after the commit; on the embedded default the event
+`workcenter.claims` (dashboard/publisher.py, after the commit, on the claims layer: Redis pub/sub
+beside the Redis layer, one PUBLISH per wake — live_state.claims_layer —, else the default layer; on the embedded default the event
 pump, which runs while a claim is parked, does the same for what other processes committed). Each web process listens to that group
 with one channel (`Parked`, started by its first long-poll) and, per wake, wakes **one** of its
 parked requests, oldest first. That request claims again: when it gets an action and the claim saw
@@ -40,12 +41,10 @@ import json
 import logging
 import time
 
-from channels.layers import get_channel_layer
-
 from workcenter.constants import CLAIM_CONTENDED_HEADER, CLAIM_MORE_HEADER
 from workcenter.instruments import EMPTY_WAKES, PARKED_CLAIMS
 
-from .live_state import CLAIMS_GROUP
+from .live_state import CLAIMS_GROUP, claims_layer
 from .pump import pump
 
 logger = logging.getLogger("workcenter.claims")
@@ -83,7 +82,8 @@ class Parked:
             await joined
 
     async def _listen(self, layer, joined: asyncio.Future) -> None:
-        # The layer's default prefix, as every consumer's: channels_redis receives all of a
+        # On the default Redis layer (a deployment without the claims alias) the channel takes
+        # the layer's default prefix, as every consumer's: channels_redis receives all of a
         # process's channels through ONE key (the name up to "!") and one receive lock, taken
         # by whichever receive runs; a channel of another prefix has a key of its own, and its
         # blocking receive held that lock, so the websocket consumers of the process got one
@@ -94,22 +94,30 @@ class Parked:
         finally:
             if not joined.done():
                 joined.set_result(None)
-        while True:
-            try:
-                await asyncio.wait_for(layer.receive(channel), REJOIN_SECONDS)
-            except asyncio.TimeoutError:
-                await layer.group_add(CLAIMS_GROUP, channel)
-                continue
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the layer hiccupped: parked requests still retry on their own
-                logger.exception("the claims listener failed to receive; listening again")
-                await asyncio.sleep(1.0)
-                continue
-            self.wakes += 1
-            if logger.isEnabledFor(logging.DEBUG):
-                logger.debug("claims wake received %.6f (%s parked)", time.time(), len(self.queue))
-            self.wake_one()
+        receiving = None
+        try:
+            while True:
+                # one receive stays open across the renewals: the pub/sub layer drops a channel
+                # whose receive is cancelled
+                receiving = receiving or asyncio.ensure_future(layer.receive(channel))
+                done, _ = await asyncio.wait({receiving}, timeout=REJOIN_SECONDS)
+                if not done:
+                    await layer.group_add(CLAIMS_GROUP, channel)
+                    continue
+                task, receiving = receiving, None
+                try:
+                    task.result()
+                except Exception:  # the layer hiccupped: parked requests still retry on their own
+                    logger.exception("the claims listener failed to receive; listening again")
+                    await asyncio.sleep(1.0)
+                    continue
+                self.wakes += 1
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug("claims wake received %.6f (%s parked)", time.time(), len(self.queue))
+                self.wake_one()
+        finally:
+            if receiving is not None:
+                receiving.cancel()
 
     def park(self) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
@@ -163,7 +171,7 @@ class LongPollClaims:
             return await self.app(scope, receive, send)
         body, whole = await _read(receive)
         wait_ms = _wait_ms(body) if whole else 0
-        layer = get_channel_layer()
+        layer = claims_layer()
         if wait_ms == 0 or layer is None:
             return await self.app(scope, _replay(body, receive, whole), send)
         await self.long_poll(scope, receive, send, body, wait_ms, layer)

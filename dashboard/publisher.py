@@ -49,7 +49,7 @@ from workcenter.models import Event, Run
 from workcenter.render import render
 from workcenter.schemas import EventOut, WorkItemSummaryOut
 
-from .live_state import CLAIMS_GROUP, WAKE, ItemStates, OverviewPush, wakes_claims
+from .live_state import CLAIMS_GROUP, WAKE, ItemStates, OverviewPush, claims_layer, wakes_claims
 
 logger = logging.getLogger("workcenter.events")
 claims_logger = logging.getLogger("workcenter.claims")
@@ -144,10 +144,10 @@ def stream_overview(overview: dict) -> dict:
 def may_have_members(layer, groups: list[str]) -> bool:
     """An in-memory layer knows its groups (`groups`, its public table): False when nobody in
     this process listens. Any other layer: True (asked per batch by `RedisGroupProbe`)."""
+    if not isinstance(layer, InMemoryChannelLayer):  # first: the pub/sub layer's attributes need a running loop
+        return True
     known = getattr(layer, "groups", None)
-    if isinstance(layer, InMemoryChannelLayer) and isinstance(known, dict):
-        return any(known.get(g) for g in groups)
-    return True
+    return any(known.get(g) for g in groups) if isinstance(known, dict) else True
 
 
 class RedisGroupProbe:
@@ -397,7 +397,7 @@ class Publisher:
         try:
             layer = self.layer()
             if layer is not None and wakes_claims(event.type):
-                self.wake_claims(layer)
+                self.wake_claims(claims_layer())
             if layer is not None and may_have_members(layer, groups_of(event.work_item_id)):
                 self.batcher().put((event, layer))
         except Exception:  # the commit already happened; a lost message is covered by the cursor
@@ -646,17 +646,18 @@ class Publisher:
         future.add_done_callback(self._sent)
 
     async def _send_all(self, layer, groups: list[str], message: dict) -> None:
-        # one send at a time per loop, in submission order, so one process's events leave in order
-        loop = asyncio.get_running_loop()
-        lock = self._send_locks.get(loop) or self._send_locks.setdefault(loop, asyncio.Lock())
-        async with lock:
-            if message is WAKE:
-                self.wake_sending()
+        if message is WAKE:  # after its commit, like the events, but in no order with them: no queue
+            self.wake_sending()
             began = time.time()
+            await asyncio.gather(*(layer.group_send(group, message) for group in groups))
+            if claims_logger.isEnabledFor(logging.DEBUG):  # the send's times (diagnosis)
+                claims_logger.debug("claims wake sent %.6f %.6f", began, time.time())
+            return
+        # one send at a time per loop, in submission order, so one process's events leave in order
+        lock = self._send_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+        async with lock:
             for group in groups:
                 await layer.group_send(group, message)
-            if message is WAKE and claims_logger.isEnabledFor(logging.DEBUG):  # the send's times (diagnosis)
-                claims_logger.debug("claims wake sent %.6f %.6f", began, time.time())
 
     def _sent(self, future) -> None:
         self._pending.discard(future)

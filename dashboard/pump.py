@@ -55,7 +55,7 @@ from django.conf import settings
 from workcenter import events, selectors
 from workcenter.models import Event
 
-from .live_state import wakes_claims
+from .live_state import claims_layer, wakes_claims
 from .publisher import ITEMS_GROUP, groups_of, may_have_members, publisher
 
 logger = logging.getLogger("workcenter.events.pump")
@@ -178,7 +178,7 @@ class EventPump:
             if may_have_members(layer, [ITEMS_GROUP]):
                 publisher.overview_changed(layer)
         if wake:
-            publisher.wake_claims(layer)
+            publisher.wake_claims(claims_layer())
         return len(page) == PAGE
 
 

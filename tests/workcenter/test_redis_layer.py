@@ -61,3 +61,9 @@ def test_tls_and_unix_socket_urls():
     assert unix.connection_class is UnixDomainSocketConnection
     assert unix.connection_kwargs["path"] == "/run/redis.sock" and unix.connection_kwargs["db"] == 3
     assert unix.connection_kwargs["socket_timeout"] == SOCKET_TIMEOUT
+
+
+def test_the_claims_wakes_have_a_pub_sub_layer_on_the_same_redis():
+    layers = redis_channel_layers("redis://127.0.0.1:6379/5")
+    assert layers["claims"]["BACKEND"] == "channels_redis.pubsub.RedisPubSubChannelLayer"
+    assert layers["claims"]["CONFIG"]["hosts"] == layers["default"]["CONFIG"]["hosts"]
