@@ -9,14 +9,15 @@ Wake-ups. Every process that commits an event that may make an action claimable 
 `run.claimed`: an item created or started, an action completed — its dependants may now run —,
 a run that ended and freed its workspace, a retry, a reset, a recovery, an interrupt, an ended
 integration reservation …) sends one `claims.wake` message to the channel-layer group
-`workcenter.claims` (dashboard/publisher.py, after the commit, on the claims layer: Redis pub/sub
-beside the Redis layer, one PUBLISH per wake — live_state.claims_layer —, else the default layer; on the embedded default the event
-pump, which runs while a claim is parked, does the same for what other processes committed). Each web process listens to that group
-with one channel (`Parked`, started by its first long-poll) and, per wake, wakes **one** of its
-parked requests, oldest first. That request claims again: when it gets an action and the claim saw
-another claimable beside it (the `Workcenter-Claim-More` header of services.claim_attempt: one
-commit can make several claimable — a stage with several dependants, a plan's parallel branches),
-it wakes the next one; when it gets nothing it parks again — so a new action costs at most one
+`workcenter.claims` (dashboard/publisher.py, after the commit) on the claims layer
+(live_state.claims_layer: with Redis its pub/sub layer, one PUBLISH per wake; else the default
+layer, where the event pump, running while a claim is parked, does the same for what other
+processes committed). Each web process listens to that group with one channel (`Parked`,
+started by its first long-poll) and, per wake, wakes **one** of its parked requests, oldest first.
+That request claims again: when it gets an action and the claim saw another claimable beside it
+(the `Workcenter-Claim-More` header of services.claim_attempt: one commit can make several
+claimable — a stage with several dependants, a plan's parallel branches), it wakes the next one;
+when it gets nothing it parks again — so a new action costs at most one
 failed claim per web process, not one per parked worker.
 
 No lost wake-up: a request registers as parked *before* each attempt; a wake that arrives while
@@ -53,6 +54,7 @@ CLAIMS_PATH = "/api/v1/claims"
 MAX_WAIT_MS = 30_000
 CONTENDED_HEADER = CLAIM_CONTENDED_HEADER.lower().encode()
 MORE_HEADER = CLAIM_MORE_HEADER.lower().encode()
+HINT_HEADERS = frozenset((CONTENDED_HEADER, MORE_HEADER))
 # A claim that skipped a candidate another transaction held for a moment (services.claim_attempt)
 # looks again after these pauses, then parks as usual. A parked claim needs a wake, and the
 # holders that skip others — a claim of the item's other branch, a progress report, a renewal —
@@ -247,11 +249,10 @@ def _hints(start: dict) -> set[bytes]:
     transaction held, or another action was claimable beside the one it claimed. They are the
     server's own business: taken out of what the client receives."""
     headers = start.get("headers") or []
-    kept = [h for h in headers if bytes(h[0]).lower() not in (CONTENDED_HEADER, MORE_HEADER)]
-    if len(kept) == len(headers):
-        return set()
-    start["headers"] = kept
-    return {bytes(h[0]).lower() for h in headers} & {CONTENDED_HEADER, MORE_HEADER}
+    hints = {bytes(h[0]).lower() for h in headers} & HINT_HEADERS
+    if hints:
+        start["headers"] = [h for h in headers if bytes(h[0]).lower() not in hints]
+    return hints
 
 
 async def _read(receive) -> tuple[bytes, bool]:
