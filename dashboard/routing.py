@@ -1,8 +1,17 @@
 """Websocket routes (API.md §4) and who the caller is.
 
-Credentials, as on the HTTP API: `Authorization: Bearer <token>` on the upgrade request, else
-`?token=<token>`, else the session cookie. A token that is present but unusable is "no
-credentials" (4401), never a fallback to the session.
+Credentials, in this order: `Authorization: Bearer <token>` on the upgrade request, else the
+token as a subprotocol, else `?token=<token>`, else the session cookie. A token that is present
+but unusable is "no credentials" (4401), never a fallback to the session.
+
+The subprotocol form is for clients that cannot set headers (a browser's `new WebSocket(url,
+["workcenter.bearer", token])`): they offer `Sec-WebSocket-Protocol: workcenter.bearer, <token>`,
+the token being the value right after `workcenter.bearer` (a token `wc_<hex>_<urlsafe base64>`
+is a valid RFC 6455 protocol name). The server answers `workcenter.bearer`, never the token, on
+every route and also when it then closes with 4401/4403/4404 (a browser that offered a
+subprotocol fails a handshake answered without one, and would never see the close code). Unlike
+`?token=`, it stays out of URLs, so out of every access log (daphne's redacts the query string
+anyway: workcenter/serving.py; a proxy's does not, unless configured as README shows).
 
 Cross-site websocket hijacking: a browser sends the session cookie along with any page's
 websocket, and always sends `Origin`. So the session counts only when `Origin` is absent
@@ -28,6 +37,7 @@ from workcenter.auth import api_token_user
 
 from .consumers import WorkItemStreamConsumer
 
+BEARER_SUBPROTOCOL = "workcenter.bearer"
 
 
 class UnknownRouteConsumer(AsyncWebsocketConsumer):
@@ -54,14 +64,29 @@ def _header(scope, name: bytes) -> str | None:
 
 
 def stream_token(scope) -> str | None:
-    """The bearer token of the upgrade request: header first, then `?token=`. `""` for a
-    present but malformed header (it must not fall back to the session)."""
+    """The bearer token of the upgrade request: header first, then the subprotocol, then
+    `?token=`. `""` for a present but malformed header, or `workcenter.bearer` offered with no
+    value after it (neither may fall back to the session)."""
     header = _header(scope, b"authorization")
     if header is not None:
         scheme, _, raw = header.strip().partition(" ")
         return raw.strip() if scheme.lower() == "bearer" else ""
+    offered = scope.get("subprotocols") or ()
+    if BEARER_SUBPROTOCOL in offered:
+        after = offered.index(BEARER_SUBPROTOCOL) + 1
+        return offered[after].strip() if after < len(offered) else ""
     values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
     return values[-1].strip() if values else None
+
+
+def answering_bearer_subprotocol(send):
+    """`send`, with `workcenter.bearer` as the subprotocol of the accept (unless the consumer
+    chose one): the client offered it, so the handshake must name it."""
+    async def answered(message):
+        if message["type"] == "websocket.accept" and not message.get("subprotocol"):
+            message = {**message, "subprotocol": BEARER_SUBPROTOCOL}
+        await send(message)
+    return answered
 
 
 def same_origin(scope) -> bool:
@@ -82,6 +107,10 @@ class StreamAuthMiddleware(BaseMiddleware):
     async def __call__(self, scope, receive, send):
         scope = dict(scope)
         token = stream_token(scope)
+        if BEARER_SUBPROTOCOL in (scope.get("subprotocols") or ()):
+            send = answering_bearer_subprotocol(send)
+            # nothing after this sees the token among the offered subprotocols (or could echo it)
+            scope["subprotocols"] = [BEARER_SUBPROTOCOL]
         if token is not None:
             user = await database_sync_to_async(api_token_user)(token) if token else None
             scope["user"] = user or AnonymousUser()

@@ -1,6 +1,7 @@
-"""What the web process does once its ASGI application is loaded (workcenter/asgi.py): the start-up
-heap frozen out of the garbage collector's way (freeze_startup_heap, below), and two per-request
-costs of daphne's HTTP stack (Twisted) that buy nothing, removed. Those two, measured with py-spy
+"""What the web process does once its ASGI application is loaded (workcenter/asgi.py): no secret in
+its access log (redact_access_log, below), the start-up heap frozen out of the garbage
+collector's way (freeze_startup_heap), and two per-request costs of daphne's HTTP stack (Twisted)
+that buy nothing, removed. Those two, measured with py-spy
 on a daphne process serving the worker protocol (4 clients, PostgreSQL): together about 6 % of the
 process's CPU.
 
@@ -10,8 +11,9 @@ process's CPU.
   memoised (bounded: at most 256 distinct headers are kept).
 * Twisted's `HTTPFactory.log` formats a combined-log-format line for every request and hands it
   to Twisted's log, which daphne points at nowhere (verbosity ≤ 1) or at the standard logging
-  beside its own access log (higher verbosity) — 1.6 % of the process. Daphne's access log
-  (`--access-log`, or stdout at verbosity ≥ 1) is untouched: it is written by daphne itself.
+  beside its own access log (higher verbosity) — 1.6 % of the process. That line also carries
+  the query string as sent, credentials included. Daphne's access log (`--access-log`, or stdout
+  at verbosity ≥ 1) is written by daphne itself, redacted as below.
 
 Each is applied only if the attribute it replaces exists, so a Twisted or daphne release that
 renames them is served as it ships.
@@ -20,6 +22,20 @@ from __future__ import annotations
 
 import functools
 import gc
+import re
+from urllib.parse import unquote_plus
+
+REDACTED = "[redacted]"
+# Query parameters whose values are credentials (compared lower-cased, `-` read as `_`): API.md
+# §4's `?token=`, what other clients and proxies name theirs, Django's cookie names.
+SECRET_QUERY_KEYS = frozenset({
+    "token", "access_token", "auth_token", "api_token", "bearer", "ticket", "api_key", "apikey", "key",
+    "secret", "client_secret", "password", "passwd", "authorization", "auth", "sessionid", "csrftoken",
+    "csrfmiddlewaretoken", "signature", "sig"})
+SECRET_QUERY_SUFFIXES = ("token", "secret", "password", "ticket", "_key")
+# A token of workcenter/auth.py anywhere in the line (`wc_<prefix>_<secret>`, under another
+# parameter name or in the path): the prefix stays (it names the token, as listings do).
+TOKEN_SHAPE = re.compile(r"wc_([0-9a-f]{1,32})_[A-Za-z0-9_-]+")
 
 
 def trim_server_overheads() -> None:
@@ -40,6 +56,55 @@ def trim_server_overheads() -> None:
 
 def _no_twisted_access_line(self, request) -> None:
     """Twisted's own access-log line, dropped (daphne writes the access log)."""
+
+
+def secret_query_key(key: str) -> bool:
+    name = unquote_plus(key).strip().lower().replace("-", "_")
+    return name in SECRET_QUERY_KEYS or name.endswith(SECRET_QUERY_SUFFIXES)
+
+
+def redact_path(path: str) -> str:
+    """`path?query` as an access log may show it: the values of credential parameters replaced
+    by `[redacted]`, and any API token's secret too, wherever it appears; the rest unchanged
+    (as sent, not decoded)."""
+    if "?" not in path and "wc_" not in path:
+        return path
+    base, sep, query = path.partition("?")
+    if query:
+        pairs = query.split("&")
+        for i, pair in enumerate(pairs):
+            key, eq, value = pair.partition("=")
+            if eq and value and secret_query_key(key):
+                pairs[i] = f"{key}={REDACTED}"
+        query = "&".join(pairs)
+    return TOKEN_SHAPE.sub(lambda m: f"wc_{m[1]}_{REDACTED}", base + sep + query)
+
+
+def redact_access_log() -> None:
+    """Every access-log entry daphne writes goes through `Server.log_action` (the `--access-log`
+    file or stdout, and the lines of daphne's `runserver`): its `path` is redacted there first.
+
+    Why: daphne logs an HTTP request's path with its query string, so a client that sends its
+    token as `?token=` (API.md §4 names it for websockets; a confused client may try it on the
+    HTTP API too, which refuses it with 401) would leave the secret in the log. A websocket's
+    line carries no query string, but is redacted all the same."""
+    try:  # local: daphne is only present where it serves
+        from daphne.server import Server
+    except ImportError:
+        return
+    log_action = Server.__dict__.get("log_action")
+    if log_action is None or getattr(log_action, "redacts", False):
+        return
+
+    @functools.wraps(log_action)
+    def redacted_log_action(self, protocol, action, details):
+        path = details.get("path")
+        if isinstance(path, str):
+            details = {**details, "path": redact_path(path)}
+        return log_action(self, protocol, action, details)
+
+    redacted_log_action.redacts = True
+    Server.log_action = redacted_log_action
 
 
 def freeze_startup_heap() -> None:
