@@ -6,7 +6,8 @@
 What runs (everything on 127.0.0.1, every process started here and killed at exit):
 
 * PostgreSQL database `workcenter_chaos_bench` (dropped and recreated, then migrated; the name
-  must contain "bench") and Redis database 8 (flushed) as the channel layer (`REDIS_URL`).
+  must contain "bench") and a Redis server of its own (`redis-server` on a free port, nothing
+  kept on disk) as the channel layer (`REDIS_URL`); `--redis-url` uses a given one instead.
 * 2 daphne processes on free ports; 4 `manage.py workcenter_worker` processes with the simulated
   executor (short runs, an outcome mix with failures, waiting and retryable outcomes, 4 s
   leases): workers 0 and 1 use the HTTP worker protocol (`--server`, one per daphne), workers 2
@@ -21,7 +22,9 @@ What runs (everything on 127.0.0.1, every process started here and killed at exi
 Faults and people while it runs (seeded by `--seed`; timing makes every run different): a
 worker SIGKILLed every few seconds and restarted with a new boot id; twice a busy worker
 SIGSTOPped past its lease and then continued (it wakes as a zombie holding runs that others
-recovered); one daphne SIGKILLed and restarted on its port; two threads of people and admins:
+recovered); one daphne SIGKILLed and restarted on its port; the Redis server SIGKILLed once
+and restarted empty on its port 10 s later (its own Redis only: a given `--redis-url` is never
+killed); two threads of people and admins:
 answers to waiting items and retries of failed ones (`POST …/retry`), cancels, guidance and
 contract changes through the API, admin repairs through the services (`run_release`,
 `action_reset`, `action_mark_failed`, `action_edit`), and stale worker calls (submit, renew,
@@ -87,7 +90,7 @@ import claims as svcbench  # noqa: E402  (bench/claims.py: prepare_database, dja
 from api import free_port  # noqa: E402  (bench/api.py)
 
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/workcenter_chaos_bench"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/8"
+REDIS_DOWN_S = 10.0
 LEASE_MS = 4_000
 POLL_MS = 250
 CONCURRENCY = 3
@@ -197,6 +200,28 @@ class Server(Child):
             time.sleep(0.5)  # it exited (its port still held?): try again on the same port
         self.kill()
         raise RuntimeError(f"{self.name} did not listen on {self.port}:\n{self.tail()}")
+
+
+class RedisProc(Child):
+    """A Redis server of the run's own on a free port: it can be killed without touching anyone else's."""
+
+    def __init__(self, logdir: Path):
+        self.port = free_port()
+        super().__init__("redis", ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+                                   "--appendonly", "no", "--dir", str(logdir)], logdir, dict(os.environ))
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start_and_wait(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        self.start()
+        while time.monotonic() < deadline and self.alive() and not port_open(self.port):
+            time.sleep(0.05)
+        if not (self.alive() and port_open(self.port)):
+            self.kill()
+            raise RuntimeError(f"redis-server did not listen on {self.port}:\n{self.tail()}")
 
 
 class WorkerProc(Child):
@@ -349,6 +374,7 @@ class Chaos:
         self.servers: list[Server] = []
         self.workers: list[WorkerProc] = []
         self.listener: Listener | None = None
+        self.redis: RedisProc | None = None
         self.api: Api | None = None
         self.token = ""
         self.counts: Counter = Counter()
@@ -366,6 +392,10 @@ class Chaos:
     # ---- set-up
     def setup(self) -> dict:
         args = self.args
+        if args.redis_url is None:
+            self.redis = RedisProc(self.logdir)
+            self.redis.start_and_wait()
+            args.redis_url = self.redis.url
         os.environ["DATABASE_URL"] = args.database_url
         os.environ["REDIS_URL"] = args.redis_url
         os.environ["DJANGO_SETTINGS_MODULE"] = "workcenter.settings"
@@ -695,6 +725,9 @@ class Chaos:
         next_kill = t0 + self.rng.uniform(1.5, kill_every)
         server_kill_at: float | None = t0 + self.rng.uniform(0.35, 0.55) * args.seconds
         server_down: tuple[float, Server] | None = None
+        redis_kill_at: float | None = (t0 + self.rng.uniform(0.2, 0.4) * args.seconds
+                                       if self.redis is not None else None)
+        redis_up_at: float | None = None
         pause_at = sorted(t0 + self.rng.uniform(0.15, 0.8) * args.seconds for _ in range(2))
         pauses: list[tuple[float, WorkerProc]] = []
         stop = threading.Event()
@@ -736,6 +769,14 @@ class Chaos:
                     server_down[1].start_and_wait()
                     self.count("server_restarts")
                     server_down = None
+                if redis_kill_at is not None and now >= redis_kill_at:
+                    self.redis.kill()
+                    self.count("redis_kills")
+                    redis_kill_at, redis_up_at = None, now + REDIS_DOWN_S
+                if redis_up_at is not None and now >= redis_up_at:
+                    self.redis.start_and_wait()
+                    self.count("redis_restarts")
+                    redis_up_at = None
                 time.sleep(0.05)
         finally:
             stop.set()
@@ -744,6 +785,9 @@ class Chaos:
             for _, w in pauses:
                 self.resume_worker(w)
         # faults stop: everything back up
+        if redis_up_at is not None:
+            self.redis.start_and_wait()
+            self.count("redis_restarts")
         if server_down is not None:
             server_down[1].start_and_wait()
             self.count("server_restarts")
@@ -806,6 +850,8 @@ class Chaos:
             self.listener.finish.set()
         for s in self.servers:
             s.stop()
+        if self.redis is not None:
+            self.redis.stop()
 
 
 # --------------------------------------------------------------------------- the checks (SQL)
@@ -1093,14 +1139,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="most seconds the workers get after the faults stop (default 90; ends when quiescent)")
     ap.add_argument("--database-url", default=os.environ.get("WORKCENTER_CHAOS_DATABASE_URL", DEFAULT_PG_URL),
                     help="PostgreSQL database to drop and recreate (its name must contain 'bench')")
-    ap.add_argument("--redis-url", default=os.environ.get("WORKCENTER_CHAOS_REDIS_URL", DEFAULT_REDIS_URL),
-                    help="Redis database to flush and use as the channel layer (default database 8)")
+    ap.add_argument("--redis-url", default=os.environ.get("WORKCENTER_CHAOS_REDIS_URL"),
+                    help="a Redis database to flush and use as the channel layer, never killed (default: a "
+                         "redis-server of the run's own on a free port, killed once for 10 s)")
     ap.add_argument("--log-dir", help="keep the processes' logs here (default: a temporary directory, removed)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object, last line")
     args = ap.parse_args(argv)
     if args.items < 1 or args.seconds <= 0 or args.settle <= 0:
         ap.error("--items, --seconds and --settle must be positive")
-    for url in (args.database_url, args.redis_url):
+    for url in (args.database_url, args.redis_url or "redis://127.0.0.1"):
         host = re.sub(r"^[a-z]+://([^@/]*@)?", "", url).split("/")[0].rsplit(":", 1)[0]
         if host not in ("127.0.0.1", "localhost", "[::1]"):
             ap.error(f"only local services are used: {url}")
@@ -1130,6 +1177,7 @@ def main(argv: list[str] | None = None) -> int:
         chaos.chaos_phase()
         chaos_s = time.monotonic() - t_chaos
         log(f"  faults: {chaos.counts['worker_kills']} worker kills, {chaos.counts['server_kills']} daphne kill, "
+            f"{chaos.counts['redis_kills']} Redis kill ({REDIS_DOWN_S:.0f} s down), "
             f"{chaos.counts['created']} items created in {chaos_s:.1f} s")
         settle_s, quiet = chaos.settle()
         log(f"  settle: {'quiescent' if quiet else 'NOT quiescent'} after {settle_s:.1f} s")
@@ -1179,9 +1227,10 @@ def main(argv: list[str] | None = None) -> int:
     log(f"Items: {dict(sorted(statuses.items()))}  (created {c['created']} of {args.items})")
     log(f"Runs: {sum(run_statuses.values())} {dict(sorted(run_statuses.items()))}; events {event_count}")
     log(f"Kills: {c['worker_kills']} workers (restarted {c['worker_restarts']}), {c['server_kills']} daphne "
-        f"(restarted {c['server_restarts']}); runs orphaned by kills: {sum(orphans.values())} {dict(orphans)}; "
+        f"(restarted {c['server_restarts']}), {c['redis_kills']} Redis (restarted {c['redis_restarts']}); "
+        f"runs orphaned by kills: {sum(orphans.values())} {dict(orphans)}; "
         f"{c['worker_pauses']} workers paused past their lease")
-    ops = {k: v for k, v in sorted(c.items()) if not k.startswith(("worker_", "server_", "created"))}
+    ops = {k: v for k, v in sorted(c.items()) if not k.startswith(("worker_", "server_", "redis_", "created"))}
     log(f"People and admins: {ops}")
     log(f"API answers: {dict(sorted(chaos.api.statuses.items()))}; unreachable {chaos.api.unreachable}")
     log(f"Listener: {lst.connects} connections ({lst.connect_failures} refused), {lst.drops} drops, "
@@ -1216,9 +1265,11 @@ def main(argv: list[str] | None = None) -> int:
     if not ok and tmp is None:
         log(f"logs kept in {logdir}")
     res = {
-        "seconds": round(seconds, 1), "kills": c["worker_kills"] + c["server_kills"], "items": c["created"],
+        "seconds": round(seconds, 1), "kills": c["worker_kills"] + c["server_kills"] + c["redis_kills"],
+        "items": c["created"],
         "violations": violations, "lost_events": delivery["missing"], "stuck": stuck_n,
-        "worker_kills": c["worker_kills"], "server_kills": c["server_kills"], "events": event_count,
+        "worker_kills": c["worker_kills"], "server_kills": c["server_kills"], "redis_kills": c["redis_kills"],
+        "events": event_count,
         "runs": sum(run_statuses.values()), "orphaned_runs": sum(orphans.values()),
         "chaos_seconds": round(chaos_s, 1), "settle_seconds": round(settle_s, 1),
         "worker_pauses": c["worker_pauses"], "reconnects": lst.connects, "stale_probes": c["stale_probes"],
