@@ -511,7 +511,9 @@ def run_submit(request, run_id: PathId, payload: SubmitIn):
     """Terminal submission (DOMAIN §7). Validation failures become a failed run, not an HTTP error.
     With `claim_next`, the worker's next claim follows in the same request once the submission
     has committed (`next`); a claim that fails for any reason leaves the submission as it is and
-    answers `next: null`."""
+    answers `next: null`. Sent again with the fence of a submission already applied (its answer
+    was lost), it answers 200 as applied with the stored run (whatever this body says), writes
+    nothing, and `next` is a claim made now (the lost answer's claim is not found again)."""
     with SUBMIT_SECONDS.time():
         return _submit(run_id, payload)
 

@@ -1,7 +1,8 @@
 """Worker calls on a run (DOMAIN §6, §7, §9.1): renew, progress, snapshots, submit, interrupt.
 
 Every call proves ownership with (run_id, owner_boot_id, lease_epoch); a failed fence changes
-nothing. Submit raises StaleRun; the others return None/False.
+nothing. Submit raises StaleRun (or, when its own fence's submission was applied already,
+answers as applied); the others return None/False.
 """
 from __future__ import annotations
 
@@ -97,6 +98,12 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
     """Terminal submission (DOMAIN §7): run → outcome, action and item transition, follow-up
     actions and one event, atomically. A failed fence raises StaleRun and changes nothing.
 
+    Idempotent: when the fence fails because a submission with this same fence already finished
+    the run (the worker lost the answer and sends it again), the run, its action and its item are
+    returned as they are now, as if applied, and nothing is written (no event). What the stored
+    run says wins: a resubmission with another outcome gets the applied one back. A run ended
+    by recovery, an interrupt or a cancel (interrupted, superseded, cancelled) stays StaleRun.
+
     In steps, each handing the next what it needs: the fence (§7.1), the outcome recorded on
     the run (§7.2), the contract patch and planned snapshot (§7.4-§7.5), the action's new status
     (§7.3), then the graph or linear advance (§7.6-§7.7) and the event. Every write is a guarded
@@ -107,7 +114,10 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
     actor = actor or f"worker:{owner_boot_id}"
     with store_transaction(), db.hot_cursor() as cur:
         now = resolve_now(now)
-        lease, sub, new_snapshot = _fenced_submission(cur, run_id, owner_boot_id, lease_epoch, result, now)
+        try:
+            lease, sub, new_snapshot = _fenced_submission(cur, run_id, owner_boot_id, lease_epoch, result, now)
+        except _Applied as applied:  # this fence's submission committed before: nothing is written
+            return applied.rows
         run, action, item = lease.run, lease.action, lease.item
         mode_before = item.execution_mode
         w = db.Writes(cur)
@@ -126,6 +136,15 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
         return run, action, item
 
 
+class _Applied(Exception):
+    """The fence failed because this very fence's submission already finished the run (its answer
+    was lost, the worker sends it again): the run, its action and its item as they are now."""
+
+    def __init__(self, run: Run, action: Action, item: WorkItem):
+        super().__init__(run.pk)
+        self.rows = (run, action, item)
+
+
 def _fenced_submission(cur, run_id: str, owner_boot_id: str, lease_epoch: int, result: dict, now: datetime):
     """Run, action and item in one read (the item locked first), the normalised submission and
     the fence (§7.1); a completed AI triage's plan as the item's new snapshot (a plan the store
@@ -136,6 +155,8 @@ def _fenced_submission(cur, run_id: str, owner_boot_id: str, lease_epoch: int, r
     sub = normalize.normalize_submission(result, action_type=action.type, criteria=list(item.acceptance_criteria or []))
     lease, reason = rules.lease_check(run, action, item, owner_boot_id, lease_epoch, now, require_live=True)
     if lease is None:
+        if run.status in normalize.OUTCOMES and run.owner_boot_id == owner_boot_id and run.lease_epoch == lease_epoch:
+            raise _Applied(run, action, item)
         raise StaleRun(reason, extra={"run_id": run_id})
     new_snapshot = None
     snapshot = item.workflow_snapshot or {}

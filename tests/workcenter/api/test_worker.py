@@ -188,13 +188,19 @@ def test_expired_lease_is_409_stale_run(api, frozen_clock):
     assert api.post(f"/runs/{rid}/interrupt", fence(claim)).json() == {"interrupted": True}
 
 
-def test_finished_run_submitting_again_is_409_stale_run(api):
+def test_finished_run_submitting_again_answers_as_applied_and_other_fences_are_409(api):
+    # the same fence again (the answer was lost): the applied submission, nothing new
     api.create()
     claim = api.claim()
     api.submit(claim, outcome="failed", error="boom")
-    body = api.submit(claim, expect=409, outcome="failed")
-    assert body["code"] == "stale_run"
-    assert "finished" in body["message"]
+    body = api.submit(claim, outcome="failed")
+    assert body["run"]["status"] == "failed" and body["run"]["error"] == "boom"
+    # another fence of the finished run: stale
+    run = claim["run"]
+    r = api.post(f"/runs/{run['id']}/submit", {"owner_boot_id": "boot-other", "lease_epoch": run["lease_epoch"],
+                                                "outcome": "failed"})
+    assert r.status_code == 409 and r.json()["code"] == "stale_run"
+    assert "finished" in r.json()["message"]
 
 
 # --- interrupt and recovery --------------------------------------------------------------------
