@@ -53,6 +53,7 @@ from .schemas import (
 from .schemas_in import (
     BulkIn,
     BulkPreviewIn,
+    CancelIn,
     ClaimIn,
     CreateWorkItemIn,
     EventsQuery,
@@ -83,6 +84,7 @@ STATUS_BY_CODE = {
     "stale_run": 409,
     "invalid_state": 409,
     "revision_conflict": 409,
+    "state_changed": 409,
     "reservation_active": 409,
     "invalid_input": 422,
     # beyond API.md §0's table, same body: a request no route takes (workcenter/middleware.py)
@@ -324,12 +326,13 @@ def work_items_bulk_preview(request, payload: BulkPreviewIn):
 
 @items.post("/work-items/bulk", response={200: BulkOut, **ERRORS, 413: ErrorOut}, auth=api_auth(CHANGE))
 def work_items_bulk(request, payload: BulkIn):
-    """Retry or cancel each item in its own transaction, fenced by the revision the preview
-    showed: a row that changed meanwhile is refused alone (revision_conflict). The reason is
-    kept in each row's event."""
+    """Retry or cancel each item in its own transaction, fenced by the revision and the state token
+    the preview showed: a row that changed meanwhile is refused alone (revision_conflict, or
+    state_changed saying what happened since). The reason is kept in each row's event."""
     out = bulk.work_items_bulk_apply(operation=payload.operation, ids=payload.ids, reason=payload.reason,
-                          expected_revisions=payload.expected_revisions, answer=payload.answer,
-                          actor=actor_of(request))
+                                     expected_revisions=payload.expected_revisions,
+                                     expected_state_tokens=payload.expected_state_tokens, answer=payload.answer,
+                                     actor=actor_of(request))
     summaries = selectors.work_item_summaries([r["id"] for r in out["results"] if r["ok"]])
     for result in out["results"]:
         result["work_item"] = summaries.get(result["id"]) if result["ok"] else None
@@ -371,9 +374,15 @@ def work_item_start(request, item_id: PathId):
     return _detail_response(item.pk)
 
 
-@items.post("/work-items/{item_id}/cancel", response={200: WorkItemDetailOut, **ITEM_ERRORS}, auth=api_auth(CHANGE))
-def work_item_cancel(request, item_id: PathId):
-    item = services.work_item_cancel(item_id=item_id, actor=actor_of(request))
+# The body is optional (absent ⇒ no state fence); when sent it is an object, as for retry below.
+@items.post("/work-items/{item_id}/cancel", response={200: WorkItemDetailOut, **ITEM_BODY_ERRORS},
+            auth=api_auth(CHANGE),
+            openapi_extra={"requestBody": {"content": {"application/json": {"schema": {"type": "object"}}}}})
+def work_item_cancel(request, item_id: PathId, payload: CancelIn = None):
+    """Cancel the item (DOMAIN §8.4); with `expected_state_token` (the state_token a preview
+    showed), refused with 409 state_changed, nothing done, if the item moved since."""
+    item = services.work_item_cancel(item_id=item_id, actor=actor_of(request),
+                                     expected_state_token=payload.expected_state_token if payload else None)
     return _detail_response(item.pk)
 
 
@@ -384,12 +393,14 @@ def work_item_cancel(request, item_id: PathId):
             openapi_extra={"requestBody": {"content": {"application/json": {"schema": {"type": "object"}}}}})
 def work_item_retry(request, item_id: PathId, payload: RetryIn = None):
     """Resume a waiting (with `answer`, or `answers`: one per waiting stage) or needs_attention item
-    (DOMAIN §8.6)."""
+    (DOMAIN §8.6); with `expected_state_token` (the retry-preview's state_token), refused with
+    409 state_changed, nothing done, if the item moved since."""
     answers = None
     if payload is not None and payload.answers is not None:
         answers = [{"action_id": a.action_id, "answer": a.answer} for a in payload.answers]
     item = services.work_item_retry(item_id=item_id, answer=payload.answer if payload else None,
-                                    answers=answers, actor=actor_of(request))
+                                    answers=answers, actor=actor_of(request),
+                                    expected_state_token=payload.expected_state_token if payload else None)
     return _detail_response(item.pk)
 
 

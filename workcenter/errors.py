@@ -51,6 +51,13 @@ class RevisionConflict(WorkcenterError):
     code = "revision_conflict"
 
 
+class StateChanged(WorkcenterError):
+    """The item moved (an event: a claim, a failure, a retry, …) since the preview whose state
+    token the caller sent; the message says what happened, `extra.state_token` is the token now."""
+
+    code = "state_changed"
+
+
 class StaleRun(WorkcenterError):
     """A worker call whose fence (DOMAIN §6.1) fails. Message contains 'stale'."""
 

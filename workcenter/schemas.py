@@ -254,6 +254,9 @@ class BulkPreviewRowOut(Schema):
     title: Optional[str] = None
     status: Optional[str] = None
     revision: Optional[int] = Field(None, description="send it back in expected_revisions")
+    state_token: Optional[int] = Field(None, description="the item's state token (the id of its newest event; "
+                                                         "null when not found): send it back in "
+                                                         "expected_state_tokens")
     allowed: bool
     code: Optional[str] = Field(None, description="why not allowed: not_found, invalid_state, reservation_active, …")
     message: Optional[str] = Field(None, description="in words: what the operation would do, or why not")
@@ -351,6 +354,9 @@ class RetryPreviewOut(Schema):
     new_action: bool
     waiting_stages: list[WaitingStageOut] = Field(
         default_factory=list, description="every stage that waits for an answer, by sequence")
+    state_token: int = Field(..., description="the item's state token (the id of its newest event), read with "
+                                              "this preview: send it as the retry's or cancel's "
+                                              "expected_state_token")
 
 
 class LeaseOut(Schema):

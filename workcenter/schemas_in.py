@@ -78,6 +78,10 @@ def _integer(ge: int, le: int, *, gt: bool = False) -> Any:
 
 Int32 = _integer(0, MAX_INT32)
 DurationMs = Annotated[_integer(0, MAX_INT32, gt=True), Field(description="milliseconds (at most 2^31-1, ~24.8 days)")]
+# an item's state token (workcenter/services/state_tokens.py): the id of its newest event
+StateToken = Annotated[_integer(0, 2**63 - 1), Field(
+    description="the state_token a preview showed (the id of the item's newest event): refused with 409 "
+                "state_changed, nothing done, if the item moved since (a claim, a failure, a retry, …)")]
 StrictBool = Annotated[bool, Strict()]
 Text = Annotated[str, Strict(), Field(pattern=NO_NUL_PATTERN, description=_TEXT_DOC)]
 NonBlankText = Annotated[str, Strict(), AfterValidator(_not_blank), WithJsonSchema(
@@ -236,6 +240,7 @@ class RetryIn(InputSchema):
         description="instead of `answer`: one answer per waiting stage, each reset in place with its own answer "
                     "in one transaction (one work_item.retried event per stage); each action_id at most once; a "
                     "waiting item's current action must be named; a linear item names its current action only")
+    expected_state_token: Optional[StateToken] = None  # the retry-preview's state_token
 
     @model_validator(mode="after")
     def _one_form(self):
@@ -451,6 +456,10 @@ BulkIds = Annotated[list[BulkId], Field(min_length=1, max_length=MAX_BULK_IDS, j
                                                     "this order")]
 
 
+class CancelIn(InputSchema):
+    expected_state_token: Optional[StateToken] = None  # the state_token the dialog showed
+
+
 class BulkPreviewIn(InputSchema):
     operation: BulkOperation
     ids: BulkIds
@@ -463,5 +472,9 @@ class BulkIn(InputSchema):
     expected_revisions: Annotated[dict[Text, Int32], _KeysWithoutNul()] = Field(
         ..., description="{id: revision} for every id: the revision the preview showed; a row whose item has "
                          "another revision now is refused alone (revision_conflict) and nothing is done to it")
+    expected_state_tokens: Optional[Annotated[dict[Text, StateToken], _KeysWithoutNul()]] = Field(
+        None, description="{id: state_token} for every id, as the preview showed (optional; the dashboard always "
+                          "sends it): a row whose item moved since (a claim, a failure, a retry, …) is refused "
+                          "alone (state_changed, its message saying what happened) and nothing is done to it")
     answer: Optional[AnswerText] = Field(None, description="retry: the answer given to every waiting item "
                                                            "(required to resume one); ignored for the others")

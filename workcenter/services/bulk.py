@@ -3,8 +3,10 @@
 The preview answers one row per id with what the single operation would do now (retry: the
 same planning code as `work_item_retry_preview`; cancel: the running runs it stops). Applying
 runs each row as its own transaction through the single services (`work_item_retry`,
-`work_item_cancel`), fenced by the revision the preview showed: the check and the change happen
-under the item's row lock in one transaction, so a row that changed meanwhile is refused alone
+`work_item_cancel`), fenced by what the preview showed: its revision (the contract) and its state
+token (services/state_tokens.py: the item's newest event, moved by a claim, a failure, a retry…).
+The checks and the change happen under the item's row lock in one transaction, so a row that
+changed meanwhile is refused alone (revision_conflict, or state_changed saying what happened since)
 and the others still apply. The reason is kept in each row's event (`reason` in its data).
 
 A waiting item's retry needs an answer: its preview row is allowed, and its message says that
@@ -22,6 +24,7 @@ from ..errors import InvalidInput, RevisionConflict, WorkcenterError
 from ..models import Action, Run, RunStatus, WorkItem, WorkItemStatus
 from .. import rules
 from .common import resolve_now
+from .state_tokens import state_tokens
 from .work_items import work_item_cancel, work_item_retry, work_item_retry_preview
 
 OPERATIONS = ("retry", "cancel")
@@ -49,7 +52,7 @@ def check_request(operation: Any, ids: Any) -> list[str]:
 def _row(item_id: str, item: WorkItem | None, *, allowed: bool = False, code: str | None = None,
          message: str | None = None) -> dict:
     return {"id": item_id, "title": item.title if item else None, "status": item.status if item else None,
-            "revision": item.revision if item else None, "allowed": allowed, "code": code, "message": message,
+            "revision": item.revision if item else None, "state_token": None, "allowed": allowed, "code": code, "message": message,
             "reset_stage_ids": [], "reset_action_ids": [], "new_action": False, "stops": []}
 
 
@@ -123,9 +126,11 @@ def _cancel_rows(items: list[WorkItem], now: datetime) -> dict[str, dict]:
 
 def work_items_bulk_preview(*, operation: Any, ids: Any, now: datetime | None = None) -> dict:
     """{operation, rows}: what `work_items_bulk_apply` would do to each id now, in the order of `ids`.
-    Nothing is written (each retry row is its item's `work_item_retry_preview`)."""
+    Nothing is written (each retry row is its item's `work_item_retry_preview`). Each row's
+    `state_token` is read first: whatever changes the item while the rest is read moves it."""
     ids = check_request(operation, ids)
     now = resolve_now(now)
+    tokens = state_tokens(ids)
     items = {i.pk: i for i in WorkItem.objects.filter(pk__in=ids)}
     cancel = _cancel_rows(list(items.values()), now) if operation == "cancel" else {}
     rows = []
@@ -137,47 +142,61 @@ def work_items_bulk_preview(*, operation: Any, ids: Any, now: datetime | None = 
             rows.append(_retry_row(item, now))
         else:
             rows.append(cancel[item_id])
+        if item is not None:
+            rows[-1]["state_token"] = tokens[item_id]
     return {"operation": operation, "rows": rows}
 
 
-def _check_apply(ids: list[str], reason: Any, expected_revisions: Any) -> str:
+MAX_TOKEN = 2**63 - 1  # event ids are 64-bit
+
+
+def _check_map(ids: list[str], value: Any, field: str, what: str, top: int) -> None:
+    """`value` maps every id, and nothing else, to an integer in [0, top] (what the preview showed)."""
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{field} must map every id to the {what} the preview showed", fields=[field])
+    missing = [i for i in ids if i not in value]
+    if missing:
+        raise InvalidInput(f"{field} must give the {what} the preview showed for every id; missing: "
+                           + ", ".join(missing[:10]) + (" …" if len(missing) > 10 else ""), fields=[field])
+    extra = [k for k in value if k not in set(ids)]
+    if extra:
+        raise InvalidInput(f"{field} names ids that are not in ids: " + ", ".join(map(str, extra[:10])), fields=[field])
+    for item_id in ids:
+        v = value[item_id]
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= top:
+            raise InvalidInput(f"{field}[{item_id}] must be an integer from 0 to {top}", fields=[field])
+
+
+def _check_apply(ids: list[str], reason: Any, expected_revisions: Any, expected_state_tokens: Any) -> str:
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidInput("reason is required: say why these items are retried or cancelled", fields=["reason"])
-    if not isinstance(expected_revisions, dict):
-        raise InvalidInput("expected_revisions must map every id to the revision the preview showed",
-                           fields=["expected_revisions"])
-    missing = [i for i in ids if i not in expected_revisions]
-    if missing:
-        raise InvalidInput("expected_revisions must give the revision the preview showed for every id; missing: "
-                           + ", ".join(missing[:10]) + (" …" if len(missing) > 10 else ""),
-                           fields=["expected_revisions"])
-    extra = [k for k in expected_revisions if k not in set(ids)]
-    if extra:
-        raise InvalidInput("expected_revisions names ids that are not in ids: " + ", ".join(map(str, extra[:10])),
-                           fields=["expected_revisions"])
-    for item_id in ids:
-        value = expected_revisions[item_id]
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidInput(f"expected_revisions[{item_id}] must be an integer", fields=["expected_revisions"])
+    _check_map(ids, expected_revisions, "expected_revisions", "revision", 2**31 - 1)
+    if expected_state_tokens is not None:
+        _check_map(ids, expected_state_tokens, "expected_state_tokens", "state token", MAX_TOKEN)
     return reason.strip()
 
 
 def work_items_bulk_apply(*, operation: Any, ids: Any, reason: Any, expected_revisions: Any, answer: str | None = None,
-               actor: str = "system", now: datetime | None = None) -> dict:
+                          expected_state_tokens: Any = None, actor: str = "system",
+                          now: datetime | None = None) -> dict:
     """{operation, results}: each row applied in its own transaction, in the order of `ids`;
-    each result {id, ok, code, message}. A bad request is refused as a whole before any row."""
+    each result {id, ok, code, message}. A bad request is refused as a whole before any row.
+    `expected_state_tokens` ({id: the row's state_token}; None: no state fence) refuses a row
+    whose item moved since the preview (state_changed), its message saying what happened."""
     ids = check_request(operation, ids)
-    reason = _check_apply(ids, reason, expected_revisions)
+    reason = _check_apply(ids, reason, expected_revisions, expected_state_tokens)
     results = []
     for item_id in ids:
         expected = expected_revisions[item_id]
+        token = expected_state_tokens[item_id] if expected_state_tokens is not None else None
         try:
             if operation == "retry":
                 work_item_retry(item_id=item_id, answer=answer, answer_for_waiting_only=True,
-                                expected_revision=expected, reason=reason, actor=actor, now=now)
+                                expected_revision=expected, expected_state_token=token, reason=reason,
+                                actor=actor, now=now)
             else:
-                work_item_cancel(item_id=item_id, expected_revision=expected, reason=reason,
-                                 refuse_cancelled=True, actor=actor, now=now)
+                work_item_cancel(item_id=item_id, expected_revision=expected, expected_state_token=token,
+                                 reason=reason, refuse_cancelled=True, actor=actor, now=now)
         except RevisionConflict as exc:
             current = exc.extra.get("revision")
             results.append(_result(item_id, "revision_conflict",

@@ -14,6 +14,7 @@ from ..events import event_append
 from ..models import ExecutionMode, OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
 from .. import rules
 from . import common, graph, normalize, planning, workflows
+from .state_tokens import check_state_token, state_token
 from .common import resolve_now, store_transaction
 
 MISSING: Any = object()
@@ -302,14 +303,15 @@ def work_item_update(
         return item
 
 
-def _check_revision(item: WorkItem, expected_revision: int | None) -> None:
-    """The revision fence of a caller that saw the item at `expected_revision` (the bulk
-    operations): checked under the item lock, in the transaction that then writes."""
+def _check_revision(item: WorkItem, expected_revision: int | None, expected_state_token: int | None) -> None:
+    """The fences of a caller that saw the item at `expected_revision` and `expected_state_token`
+    (services/state_tokens.py): checked under the item lock, in the transaction that then writes."""
     if expected_revision is not None and expected_revision != item.revision:
         raise RevisionConflict(
             f"WorkItem revision changed: expected {expected_revision}, current {item.revision}",
             extra={"revision": item.revision, "expected_revision": expected_revision},
         )
+    check_state_token(item, expected_state_token)
 
 
 def _with_reason(data: dict, reason: str | None) -> dict:
@@ -318,16 +320,16 @@ def _with_reason(data: dict, reason: str | None) -> dict:
 
 def work_item_cancel(*, item_id: str, actor: str = "system", now: datetime | None = None,
                      expected_revision: int | None = None, reason: str | None = None,
-                     refuse_cancelled: bool = False) -> WorkItem:
+                     refuse_cancelled: bool = False, expected_state_token: int | None = None) -> WorkItem:
     """Any non-terminal status → cancelled; open actions and running runs cancelled (DOMAIN §8.4).
 
-    `expected_revision`: refuse (revision_conflict) unless the item still has it; `reason`: kept
-    in the event's data; `refuse_cancelled`: an already cancelled item is invalid_state instead
+    `expected_revision` / `expected_state_token`: refuse (revision_conflict / state_changed) unless
+    the item still has it; `reason`: kept in the event's data; `refuse_cancelled`: an already cancelled item is invalid_state instead
     of an unchanged success."""
     with store_transaction():
         now = resolve_now(now)
         item = common.lock_item(item_id)
-        _check_revision(item, expected_revision)
+        _check_revision(item, expected_revision, expected_state_token)
         if item.status == WorkItemStatus.DONE:
             raise InvalidState("Completed WorkItem cannot be cancelled")
         if item.status == WorkItemStatus.CANCELLED:
@@ -534,7 +536,7 @@ def _answers_retry(item: WorkItem, answers: dict[str, str], now: datetime, actor
 
 def work_item_retry(*, item_id: str, answer: Any = None, answers: Any = None, actor: str = "system",
                     now: datetime | None = None, expected_revision: int | None = None, reason: str | None = None,
-                    answer_for_waiting_only: bool = False) -> WorkItem:
+                    answer_for_waiting_only: bool = False, expected_state_token: int | None = None) -> WorkItem:
     """waiting/needs_attention → ready (DOMAIN §8.6): linear inserts a replacement action; graph
     resets the blocked stage in place with every dependant and running sibling.
 
@@ -542,7 +544,8 @@ def work_item_retry(*, item_id: str, answer: Any = None, answers: Any = None, ac
     item resets every named stage (and its current action) in place in this one transaction,
     each with its own answer; a linear item takes it for its current action only, as `answer`.
 
-    The bulk form: `expected_revision` refuses (revision_conflict) unless the item still has it,
+    `expected_revision` / `expected_state_token` refuse (revision_conflict / state_changed) unless
+    the item still has it (the bulk form and a dialog that showed a preview),
     `reason` is kept in the event's data, `answer_for_waiting_only` drops `answer` unless the item
     (as locked here) is waiting."""
     if answers is not None and answer is not None:
@@ -550,7 +553,7 @@ def work_item_retry(*, item_id: str, answer: Any = None, answers: Any = None, ac
     with store_transaction():
         now = resolve_now(now)
         item = common.lock_item(item_id)
-        _check_revision(item, expected_revision)
+        _check_revision(item, expected_revision, expected_state_token)
         if answer_for_waiting_only and item.status != WorkItemStatus.WAITING:
             answer = None
         if answers is not None:
@@ -599,7 +602,8 @@ def work_item_retry_preview(*, item_id: str, action_ids: list[str] | None = None
     Always: `waiting_stages`, each stage that waits for an answer with its question and what
     answering it resets. With `action_ids` (the stages an `answers` retry would name): the reset
     and the stopped runs of that retry — the union of its per-stage resets (§7.8 resets every
-    running action in each of them, so applying them one after another touches the same set)."""
+    running action in each of them, so applying them one after another touches the same set).
+    `state_token`: the item's, read under its lock (a retry given it is refused if it moved)."""
     with store_transaction():
         now = resolve_now(now)
         item = common.lock_item(item_id)
@@ -629,6 +633,7 @@ def work_item_retry_preview(*, item_id: str, action_ids: list[str] | None = None
                 "superseded_run_ids": [],
                 "new_action": True,
                 "waiting_stages": waiting,
+                "state_token": state_token(item.pk),
             }
         affected = {a.pk: a for a in plan.affected}
         runs = list(plan.superseded_run_ids)
@@ -645,4 +650,5 @@ def work_item_retry_preview(*, item_id: str, action_ids: list[str] | None = None
             "superseded_run_ids": runs,
             "new_action": False,
             "waiting_stages": waiting,
+            "state_token": state_token(item.pk),
         }

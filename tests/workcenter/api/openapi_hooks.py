@@ -17,7 +17,7 @@ through SCHEMATHESIS_HOOKS.
     server state, like which ids exist (API.md §2: 422 mentioning workDir);
   - `answer` is required to retry a waiting item, optional otherwise (API.md §2: 422);
   - a list `cursor` is a token an earlier page returned, and a bulk request's
-    `expected_revisions` must name exactly its `ids` (a cross-field rule);
+    `expected_revisions` and `expected_state_tokens` must name exactly its `ids` (a cross-field rule);
   - a trusted caller's `workflow` obeys cross-stage rules (stage ids unique once normalised, a
     review returning to an earlier editable stage) that JSON Schema cannot express.
   Every other refusal of a schema-valid request still fails the run.
@@ -48,6 +48,7 @@ STATE_DEPENDENT = {
     ("GET /api/v1/work-items", "cursor"): "cursor ",
     # a bulk request's revisions must name exactly its ids (a cross-field rule)
     ("POST /api/v1/work-items/bulk", "expected_revisions"): "expected_revisions",
+    ("POST /api/v1/work-items/bulk", "expected_state_tokens"): "expected_state_tokens",
 }
 
 

@@ -38,10 +38,13 @@ def _preview(api, operation, ids):
     return {row["id"]: row for row in body["rows"]}
 
 
-def _apply(api, operation, rows, reason="tidy up", **extra):
+def _apply(api, operation, rows, reason="tidy up", *, tokens=False, **extra):
+    """The bulk request for the preview's rows; with `tokens`, fenced by their state tokens too."""
     body = {"operation": operation, "ids": list(rows), "reason": reason,
             "expected_revisions": {i: (r["revision"] if r["revision"] is not None else 1) for i, r in rows.items()},
             **extra}
+    if tokens:
+        body["expected_state_tokens"] = {i: r["state_token"] or 0 for i, r in rows.items()}
     r = api.post("/work-items/bulk", body)
     assert r.status_code == 200, r.content
     out = r.json()
@@ -72,6 +75,8 @@ def test_retry_preview_rows_are_the_single_retry_preview_of_each_item_and_write_
             r for r in single["superseded_run_ids"] if Run.objects.get(pk=r).status == "running"]
         item = WorkItem.objects.get(pk=item_id)
         assert (row["title"], row["status"], row["revision"]) == (item.title, item.status, item.revision)
+        newest = Event.objects.filter(work_item_id=item_id).order_by("-id")[0].id
+        assert row["state_token"] == single["state_token"] == newest
     g = rows[graph.pk]
     assert g["reset_stage_ids"] == ["a", "b", "c"] and not g["new_action"]
     run = sibling["run"]
@@ -80,7 +85,7 @@ def test_retry_preview_rows_are_the_single_retry_preview_of_each_item_and_write_
     w = rows[waiting]
     assert w["new_action"] and w["reset_action_ids"] == [] and "answer" in w["message"]
     assert rows["no-such-item"] == {"id": "no-such-item", "title": None, "status": None, "revision": None,
-                                    "allowed": False, "code": "not_found", "message": rows["no-such-item"]["message"],
+                                    "state_token": None, "allowed": False, "code": "not_found", "message": rows["no-such-item"]["message"],
                                     "reset_stage_ids": [], "reset_action_ids": [], "new_action": False, "stops": []}
     assert rows[ready]["code"] == "invalid_state" and not rows[ready]["allowed"]
     assert "ready" in rows[ready]["message"]
@@ -185,6 +190,13 @@ def _bulk_body(ids, over=None):
     ({"expected_revisions": {"A": "1", "B": 1}}, "expected_revisions"),
     ({"expected_revisions": {"A": True, "B": 1}}, "expected_revisions"),
     ({"answer": " "}, "answer"),
+    ({"expected_state_tokens": {}}, "expected_state_tokens"),
+    ({"expected_state_tokens": {"A": 1}}, "expected_state_tokens"),
+    ({"expected_state_tokens": {"A": 1, "B": 1, "C": 1}}, "expected_state_tokens"),
+    ({"expected_state_tokens": {"A": "1", "B": 1}}, "expected_state_tokens"),
+    ({"expected_state_tokens": {"A": -1, "B": 1}}, "expected_state_tokens"),
+    ({"expected_state_tokens": {"A": 2**63, "B": 1}}, "expected_state_tokens"),
+    ({"expected_state_tokens": [1, 1]}, "expected_state_tokens"),
 ])
 def test_bad_bodies_are_422_and_nothing_is_written(api, change, field):
     a = api.create(id="A")["id"]
@@ -206,3 +218,43 @@ def test_bulk_needs_the_change_permission(viewer, anonymous):
     error_of(viewer.post("/work-items/bulk-preview", {"operation": "retry", "ids": ["x"]}), 403, "permission_denied")
     error_of(viewer.post("/work-items/bulk", _bulk_body(["x"])), 403, "permission_denied")
     error_of(anonymous.post("/work-items/bulk", _bulk_body(["x"])), 401, "not_authenticated")
+
+
+def test_a_row_claimed_since_the_preview_is_refused_alone_with_state_changed(api):
+    store = Store(Clock())
+    a = make_graph(store, [{"id": "build"}], title="A")
+    b = make_graph(store, [{"id": "build"}], title="B", status="draft")
+    rows = _preview(api, "cancel", [a.pk, b.pk])
+    assert rows[a.pk]["message"] == "cancels it" and rows[a.pk]["stops"] == []
+    claim = api.claim()  # a worker claims A's stage; A's revision stays 1
+    assert claim["work_item"]["id"] == a.pk and WorkItem.objects.get(pk=a.pk).revision == 1
+    before = item_snapshot(a.pk)
+    results = _apply(api, "cancel", rows, tokens=True)
+    bad = results[a.pk]
+    assert (bad["ok"], bad["code"], bad["work_item"]) == (False, "state_changed", None)
+    assert bad["message"] == "stage build was claimed since the preview; nothing was done to it"
+    assert item_snapshot(a.pk) == before and Run.objects.get(pk=claim["run"]["id"]).status == "running"
+    assert results[b.pk]["ok"] and results[b.pk]["work_item"]["status"] == "cancelled"
+
+
+def test_a_row_retried_and_failed_again_since_the_preview_is_refused_alone(api, make_user, token_api):
+    store = Store(Clock())
+    a, _ = _failed_graph(api, store, title="A")
+    c, _ = _failed_graph(api, store, title="C")
+    rows = _preview(api, "retry", [a.pk, c.pk])
+    assert rows[a.pk]["allowed"] and rows[c.pk]["allowed"]
+    bob = token_api(make_user("bob", "view_workitem", "change_workitem"))
+    assert bob.post(f"/work-items/{a.pk}/retry").status_code == 200
+    claims = {c["action"]["stage_id"]: c for c in (api.claim(), api.claim())}  # A's reset stages a and c
+    assert {c["work_item"]["id"] for c in claims.values()} == {a.pk}
+    api.submit(claims["a"], outcome="failed", error="crashed again")
+    assert (WorkItem.objects.get(pk=a.pk).status, WorkItem.objects.get(pk=a.pk).revision) == ("needs_attention", 1)
+    before = item_snapshot(a.pk)
+    results = _apply(api, "retry", rows, tokens=True)
+    bad = results[a.pk]
+    assert (bad["ok"], bad["code"]) == (False, "state_changed")
+    assert bad["message"].startswith("retried by user:bob, ") and "since the preview" in bad["message"], bad
+    assert "a run of stage a failed" in bad["message"]
+    assert item_snapshot(a.pk) == before
+    assert Event.objects.filter(work_item_id=a.pk, type="work_item.retried").count() == 1
+    assert results[c.pk]["ok"] and WorkItem.objects.get(pk=c.pk).status == "ready"

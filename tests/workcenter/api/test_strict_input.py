@@ -73,7 +73,7 @@ def test_the_document_has_the_integer_fields_this_file_knows():
     # a new integer field lands in the parametrised tests below by itself; this guards the walk
     names = {f for _m, _p, f in INTEGER_BODY_FIELDS}
     assert {"lease_ms", "lease_epoch", "expected_revision", "revision", "reservation_ms", "wait_ms"} <= names
-    assert len(INTEGER_BODY_FIELDS) == 14
+    assert len(INTEGER_BODY_FIELDS) == 16
     assert {name for _p, name in INTEGER_QUERY_FIELDS} == {"limit", "after_id"}
 
 
@@ -101,6 +101,8 @@ def _valid_body(method: str, path: str, item: dict, claim: dict) -> tuple[str, d
         "/claims": {"owner_boot_id": "boot-B", "lease_ms": 1000},
         "/work-items/{item_id}": {"title": "Renamed", "expected_revision": 0},
         "/work-items/{item_id}/guidance": {"action_id": action_id, "revision": 0, "guidance": "go"},
+        "/work-items/{item_id}/cancel": {},
+        "/work-items/{item_id}/retry": {},
         "/runs/{run_id}/renew": {**fence(claim), "lease_ms": 60_000},
         "/runs/{run_id}/submit": {**fence(claim), "outcome": "failed", "error": "gave up"},
         "/runs/{run_id}/integration": {**fence(claim), "workspace": {}},

@@ -346,7 +346,8 @@ def test_retry_preview_of_a_linear_item(api):
     # then
     assert r.status_code == 200, r.content
     assert r.json() == {"target_action_id": claim["action"]["id"], "target_stage_id": "triage", "mode": "linear",
-                        "reset_action_ids": [], "superseded_run_ids": [], "new_action": True, "waiting_stages": []}
+                        "reset_action_ids": [], "superseded_run_ids": [], "new_action": True, "waiting_stages": [],
+                        "state_token": Event.objects.filter(work_item_id=item["id"]).order_by("-id")[0].id}
     # nothing was written
     assert Action.objects.count() == 1
     assert api.get(f"/work-items/{item['id']}").json()["status"] == "needs_attention"
