@@ -219,7 +219,10 @@ def main(argv=None) -> int:
         connection.settings_dict.setdefault("OPTIONS", {})["application_name"] = "dispatch-bench"
     token = apibench.create_token()
     logdir = tempfile.TemporaryDirectory(prefix="wc-dispatch-")
+    # the P workers share one token: the server lets them all wait (else past the bound they get 429)
+    bound = str(max(64, args.parked))
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", WORKCENTER_LOG_LEVEL="WARNING",
+               WORKCENTER_LONG_POLL_MAX_PER_TOKEN=bound, WORKCENTER_LONG_POLL_MAX_PER_PROCESS=str(max(400, args.parked)),
                **apibench.production_env())
     server, url = apibench.start_server("workcenter.asgi:application", Path(logdir.name) / "daphne.log", env=env)
     dispatcher_env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", WC_REPO=str(REPO),

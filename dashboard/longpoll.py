@@ -33,15 +33,31 @@ Otherwise a parked request does not retry on a timer: P parked requests
 retrying every few seconds would be P claims a few seconds apart, whatever happens. A wake that
 never comes (a layer message dropped) costs at most the client's `wait_ms`: its next claim
 attempts at once.
+
+Bounds. A parked claim holds a connection (a file descriptor) and some memory for up to 30 s, so
+how many may wait is bounded, per token (WORKCENTER_LONG_POLL_MAX_PER_TOKEN) and per process
+(WORKCENTER_LONG_POLL_MAX_PER_PROCESS). A claim counts from its first empty attempt — the route
+has authenticated it by then, so made-up tokens never take a place — until it answers; past
+either bound that attempt's 204 becomes a 429 `too_many_waiting_claims` with `Retry-After`, at
+once, instead of a wait. The token is the prefix of the presented `wc_<prefix>_<secret>` (the
+secret proved right by that attempt; no lookup here), a session its cookie. What waits is the
+claim's two fields re-encoded (`Claim`), not the bytes the client sent.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import json
 import logging
+import math
 import time
 
+from django.conf import settings
+from django.http.cookie import parse_cookie
+
+from workcenter.api import error_body
+from workcenter.auth import split_token
 from workcenter.constants import CLAIM_CONTENDED_HEADER, CLAIM_MORE_HEADER
 from workcenter.instruments import EMPTY_WAKES, PARKED_CLAIMS
 
@@ -60,7 +76,12 @@ HINT_HEADERS = frozenset((CONTENDED_HEADER, MORE_HEADER))
 # holders that skip others — a claim of the item's other branch, a progress report, a renewal —
 # commit no event that would send one.
 CONTENDED_RETRY_SECONDS = (0.005, 0.01, 0.02, 0.04)
-MAX_BODY = 64 * 1024  # a claim body is a few dozen bytes; a larger one goes to the route as it is
+# A claim body is a few dozen bytes (a boot id of at most 200 characters); a larger one goes to the
+# route as it is, without a wait. The bound is low because daphne keeps its own copy of a body for
+# as long as the request lasts, whatever this middleware drops.
+MAX_BODY = 8 * 1024
+CLAIM_FIELDS = ("owner_boot_id", "lease_ms")  # what an attempt after the first needs of the body
+RETRY_AFTER_SECONDS = 5  # a claim refused a wait comes back after this (or its wait_ms, if shorter)
 REJOIN_SECONDS = 600.0  # the listener renews its group membership (layers expire them after a day)
 
 
@@ -72,12 +93,15 @@ class Parked:
         self.queue: collections.deque = collections.deque()  # futures, oldest first
         self.listener: asyncio.Task | None = None
         self.wakes = 0
+        self.waiting: collections.Counter = collections.Counter()  # claims admitted to wait, per token
+        self.waiting_total = 0
 
     async def listen(self, layer) -> None:
         """Start the listener on this loop (once); returns when it has joined the group."""
         loop = asyncio.get_running_loop()
         if self.loop is not loop:  # first use, or a new loop (tests run one per scenario)
             self.loop, self.queue, self.listener = loop, collections.deque(), None
+            self.waiting, self.waiting_total = collections.Counter(), 0
         if self.listener is None or self.listener.done():
             joined = loop.create_future()
             self.listener = loop.create_task(self._listen(layer, joined), name="workcenter-claims-listener")
@@ -121,6 +145,24 @@ class Parked:
             if receiving is not None:
                 receiving.cancel()
 
+    def admit(self, token: bytes) -> str | None:
+        """Count one more waiting claim of `token`; None when admitted, else the bound it would pass
+        ("token" or "process")."""
+        if self.waiting_total >= settings.WORKCENTER_LONG_POLL_MAX_PER_PROCESS:
+            return "process"
+        if self.waiting[token] >= settings.WORKCENTER_LONG_POLL_MAX_PER_TOKEN:
+            return "token"
+        self.waiting[token] += 1
+        self.waiting_total += 1
+        return None
+
+    def release(self, token: bytes) -> None:
+        self.waiting_total -= 1
+        if self.waiting[token] <= 1:
+            del self.waiting[token]
+        else:
+            self.waiting[token] -= 1
+
     def park(self) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
         self.queue.append(future)
@@ -148,18 +190,75 @@ class Parked:
 parked = Parked()
 
 
-def _wait_ms(body: bytes) -> int:
-    """The request's `wait_ms` when it is a valid one above 0, else 0 (the route validates it)."""
+class Claim:
+    """What a long-poll claim keeps while it waits: the body its attempts send — the client's bytes
+    for the first attempt (the route validates all of them), then only CLAIM_FIELDS re-encoded —,
+    its `wait_ms` and whose it is."""
+
+    __slots__ = ("body", "compact", "wait_ms", "token")
+
+    def __init__(self, body: bytes, compact: bytes, wait_ms: int, token: bytes) -> None:
+        self.body, self.compact, self.wait_ms, self.token = body, compact, wait_ms, token
+
+    def shrink(self) -> None:
+        """After the first attempt: from now on the compact body, the client's bytes dropped."""
+        if self.compact:
+            self.body, self.compact = self.compact, b""
+
+
+def _claim(body: bytes, scope) -> Claim | None:
+    """The long-poll claim of a body whose `wait_ms` is a valid one above 0, else None (the route
+    validates the body)."""
     try:
         data = json.loads(body)
     except ValueError:
-        return 0
-    value = data.get("wait_ms") if isinstance(data, dict) else None
+        return None
+    if not isinstance(data, dict):
+        return None
+    value = data.get("wait_ms")
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # a JSON number without a fractional part is the integer it names
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_WAIT_MS:
-        return 0
-    return value
+        return None
+    compact = json.dumps({k: data[k] for k in CLAIM_FIELDS if k in data}, separators=(",", ":")).encode()
+    return Claim(body, compact, value, _token_of(scope))
+
+
+def _token_of(scope) -> bytes:
+    """Whose claim this is, from its headers alone: the token's prefix (the route checks the secret),
+    else a digest of the session cookie. TokenAuth strips and splits the header the same way."""
+    authorization = cookie = None
+    for name, value in scope.get("headers") or ():
+        name = bytes(name).lower()
+        if name == b"authorization":
+            authorization = bytes(value)
+        elif name == b"cookie":
+            cookie = bytes(value)
+    if authorization is not None:
+        _, _, raw = authorization.decode("latin-1").strip().partition(" ")
+        parts = split_token(raw.strip())
+        return b"token:" + (parts[0] if parts else raw.strip()).encode("latin-1", "replace")
+    session = parse_cookie(cookie.decode("latin-1")).get(settings.SESSION_COOKIE_NAME, "") if cookie else ""
+    return b"session:" + hashlib.sha256(session.encode("utf-8", "replace")).digest()
+
+
+def _refusal(start: dict, scope: str, claim: Claim) -> tuple[dict, dict]:
+    """A 429 instead of a wait, with the headers of the attempt's answer (the security headers the
+    middleware chain added) but its own body."""
+    limit = (settings.WORKCENTER_LONG_POLL_MAX_PER_TOKEN if scope == "token"
+             else settings.WORKCENTER_LONG_POLL_MAX_PER_PROCESS)
+    retry_after = max(1, min(RETRY_AFTER_SECONDS, math.ceil(claim.wait_ms / 1000)))
+    whose = "this token" if scope == "token" else "this server process"
+    body = json.dumps(error_body(
+        "too_many_waiting_claims",
+        f"{limit} claims of {whose} are waiting already: nothing is claimable now; claim again after "
+        f"{retry_after} s", {"limit": limit, "scope": scope})).encode()
+    kept = [h for h in start.get("headers") or []
+            if bytes(h[0]).lower() not in (b"content-type", b"content-length", b"retry-after")]
+    headers = kept + [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                      (b"retry-after", str(retry_after).encode())]
+    return ({"type": "http.response.start", "status": 429, "headers": headers},
+            {"type": "http.response.body", "body": body})
 
 
 class LongPollClaims:
@@ -172,14 +271,15 @@ class LongPollClaims:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != CLAIMS_PATH:
             return await self.app(scope, receive, send)
         body, whole = await _read(receive)
-        wait_ms = _wait_ms(body) if whole else 0
+        claim = _claim(body, scope) if whole else None
         layer = claims_layer()
-        if wait_ms == 0 or layer is None:
+        if claim is None or layer is None:
             return await self.app(scope, _replay(body, receive, whole), send)
-        await self.long_poll(scope, receive, send, body, wait_ms, layer)
+        del body  # the claim holds it until its first attempt, and then only what it needs
+        await self.long_poll(scope, receive, send, claim, layer)
 
-    async def long_poll(self, scope, receive, send, body: bytes, wait_ms: int, layer) -> None:
-        deadline = time.monotonic() + wait_ms / 1000
+    async def long_poll(self, scope, receive, send, claim: Claim, layer) -> None:
+        deadline = time.monotonic() + claim.wait_ms / 1000
         await parked.listen(layer)  # subscribed before the first attempt: no wake is missed
         # on the embedded default the event pump brings other processes' commits (and their wakes)
         watcher = f"claims!{id(scope)}"
@@ -187,11 +287,13 @@ class LongPollClaims:
         gone = asyncio.ensure_future(_disconnected(receive))
         wakes = 0  # wakes this request took: an empty attempt after one is a failed claim
         contended = 0  # attempts in a row that skipped a candidate another transaction held
+        admitted = False  # counted among the waiting claims (parked.admit), from its first empty attempt
         try:
             while True:
                 future = parked.park()
                 tried_at = time.time()
-                start, chunks = await self._attempt(scope, body)
+                start, chunks = await self._attempt(scope, claim.body)
+                claim.shrink()
                 hints = _hints(start)
                 contended = contended + 1 if CONTENDED_HEADER in hints else 0
                 if logger.isEnabledFor(logging.DEBUG):
@@ -210,6 +312,14 @@ class LongPollClaims:
                         for chunk in chunks:
                             await send(chunk)
                     return
+                if not admitted:
+                    refused = parked.admit(claim.token)
+                    if refused is not None:  # past a bound: answered now, not parked
+                        parked.leave(future)
+                        for message in _refusal(start, refused, claim):
+                            await send(message)
+                        return
+                    admitted = True
                 if 0 < contended <= len(CONTENDED_RETRY_SECONDS):
                     # its commit wakes nobody (a claim, a progress report): look again shortly
                     remaining = min(remaining, CONTENDED_RETRY_SECONDS[contended - 1])
@@ -229,6 +339,8 @@ class LongPollClaims:
                     parked.leave(future)  # the deadline (one last attempt, then 204), or a retry
                 wakes += woken
         finally:
+            if admitted:
+                parked.release(claim.token)
             gone.cancel()
             pump.consumer_left(watcher)
 

@@ -218,6 +218,11 @@ WORKCENTER_HTTP_THREADS = int(os.environ.get("WORKCENTER_HTTP_THREADS", "8"))
 # written as a JSON escape.
 WORKCENTER_MAX_BODY_BYTES = int(os.environ.get("WORKCENTER_MAX_BODY_BYTES", str(1024 * 1024)))
 DATA_UPLOAD_MAX_MEMORY_SIZE = WORKCENTER_MAX_BODY_BYTES  # Django's own check, for forms (admin, sign-in)
+# Long-poll claims (dashboard/longpoll.py) that may wait at once, per API token (or session) and per
+# server process: each holds a connection, so a file descriptor, for up to 30 s. Past either a
+# claim that finds nothing is answered 429 `too_many_waiting_claims` with Retry-After instead.
+WORKCENTER_LONG_POLL_MAX_PER_TOKEN = max(1, int(os.environ.get("WORKCENTER_LONG_POLL_MAX_PER_TOKEN", "64")))
+WORKCENTER_LONG_POLL_MAX_PER_PROCESS = max(1, int(os.environ.get("WORKCENTER_LONG_POLL_MAX_PER_PROCESS", "400")))
 
 LOGGING = {
     "version": 1,
