@@ -140,3 +140,38 @@ def test_bulk_retry_racing_contract_edits_never_applies_a_stale_revision():
             assert results[item_id]["code"] == "revision_conflict"
             assert "revision 1 → 2" in results[item_id]["message"]
             assert types[-1] == "workflow.retriaged" and "work_item.retried" not in types
+
+
+def test_bulk_cancel_fenced_by_state_tokens_racing_claims_never_stops_a_run_it_did_not_show():
+    store = _real_clock_store()
+    items = [make_graph(store, [{"id": "a"}], title=f"claim race {k}") for k in range(N)]
+    ids = [i.pk for i in items]
+    preview = {r["id"]: r for r in bulk.work_items_bulk_preview(operation="cancel", ids=ids)["rows"]}
+    assert all(r["allowed"] and r["stops"] == [] for r in preview.values())
+    results: dict = {}
+    claimed: list[str] = []
+
+    def cancel():
+        out = bulk.work_items_bulk_apply(operation="cancel", ids=ids, reason="race", actor="user:alice",
+                                         expected_revisions={i: 1 for i in ids},
+                                         expected_state_tokens={i: preview[i]["state_token"] for i in ids})
+        results.update({r["id"]: r for r in out["results"]})
+
+    def claim():
+        while True:
+            c = services.action_claim(owner_boot_id="racer")
+            if c is None:
+                return
+            claimed.append(c.work_item.pk)
+
+    assert _race(cancel, claim) == []
+    assert set(results) == set(ids)
+    for item_id in ids:
+        types = list(Event.objects.filter(work_item_id=item_id).order_by("id").values_list("type", flat=True))
+        runs = list(Run.objects.filter(work_item_id=item_id).values_list("status", flat=True))
+        if results[item_id]["ok"]:  # the cancel went first: no claim ever reached it
+            assert types == ["work_item.cancelled"] and runs == [] and item_id not in claimed
+        else:  # the claim went first: the cancel was refused and wrote nothing
+            assert results[item_id]["code"] == "state_changed"
+            assert "was claimed since the preview" in results[item_id]["message"]
+            assert types == ["run.claimed"] and runs == ["running"] and item_id in claimed
