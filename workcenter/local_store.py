@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from django.db import close_old_connections, connection
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
 from .clock import iso_ms
 from .errors import WorkcenterError
@@ -20,6 +20,12 @@ logger = logging.getLogger("workcenter.worker")
 
 class LocalStore:
     """Calls the service layer directly (the worker runs beside the database)."""
+
+    @property
+    def scope(self) -> str:
+        """What a journal entry belongs to (workcenter.worker_journal): this database."""
+        s = connection.settings_dict
+        return f"db:{connection.vendor}:{s.get('HOST') or ''}:{s.get('PORT') or ''}:{s.get('NAME')}"
 
     def recover(self, boot_id):
         return runs_recover(current_boot_id=boot_id, expired_only=True)
@@ -62,10 +68,15 @@ class LocalStore:
         return run_progress(**self._fence(run), progress=progress) is not None
 
     def submit(self, run, result, claim_next=None):
+        """As over HTTP: a submission applied already (the same fence) answers as applied, and a
+        database out of reach is a ConnectionError (the worker sends the submission again)."""
         try:
             r, a, i = run_submit(**self._fence(run), result=result)
         except WorkcenterError as exc:
             raise StoreError(exc.message, exc.code) from None
+        except (OperationalError, InterfaceError) as exc:
+            connection.close()  # the next attempt opens a new connection
+            raise ConnectionError(f"database: {exc}") from exc
         following = None
         if claim_next is not None:  # committed: a failed claim leaves the submission as it is
             try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import random
 import re
 import select
 import socket
@@ -28,11 +29,41 @@ logger = logging.getLogger("workcenter.worker")
 
 STALE_PATTERN = re.compile(r"stale|cancelled|already finished", re.IGNORECASE)
 
+# Answers that say "not now" rather than "no": a proxy without its server (502/503/504), a request
+# timeout (408) and too many requests (429). A submission refused with one of these is sent again.
+TRANSIENT_STATUSES = frozenset({408, 429, 502, 503, 504})
+SUBMIT_RETRY_FIRST = 0.2  # seconds before the first resend of a submission; doubles up to
+SUBMIT_RETRY_MAX = 5.0
+CLAIM_BACKOFF_DEFAULT = 1.0  # seconds after a 429 on /claims without Retry-After
+CLAIM_BACKOFF_MAX = 30.0
+
 
 class StoreError(Exception):
-    def __init__(self, message: str, code: str = "error"):
+    """The store refused a call: `code` the API's error code, `status` the HTTP status (None
+    beside the database), `retry_after` the seconds of a Retry-After header."""
+
+    def __init__(self, message: str, code: str = "error", status: int | None = None,
+                 retry_after: float | None = None):
         super().__init__(message)
         self.code = code
+        self.status = status
+        self.retry_after = retry_after
+
+
+def transient(exc: BaseException) -> bool:
+    """A failure at the connection (the request may or may not have been applied), or an answer
+    of TRANSIENT_STATUSES: the call can be made again."""
+    if isinstance(exc, StoreError):
+        return exc.status in TRANSIENT_STATUSES
+    return isinstance(exc, (OSError, http.client.HTTPException))  # ConnectionError, timeouts included
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:  # an HTTP date: not worth parsing, the default applies
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
 
 
 class WorkerStore(Protocol):
@@ -76,6 +107,7 @@ class HttpStore:
         self._connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         self._address = (parts.hostname, parts.port)
         self._path = parts.path
+        self.scope = self.base  # what a journal entry belongs to (workcenter.worker_journal)
         self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
                          "Accept": "application/json"}
         self._idle: list[http.client.HTTPConnection] = []
@@ -136,7 +168,8 @@ class HttpStore:
             if not isinstance(payload, dict):
                 payload = {}
             raise StoreError(payload.get("message") or f"HTTP {resp.status} {resp.reason}",
-                             payload.get("code") or str(resp.status))
+                             payload.get("code") or str(resp.status), resp.status,
+                             _retry_after(resp.getheader("Retry-After")))
         return resp.status, (orjson.loads(raw) if raw else None)  # claim/submit bodies are ~25 KB
 
     @staticmethod
@@ -240,13 +273,22 @@ class ActiveRun:
     thread: threading.Thread | None = None
     last_progress: dict | None = None
     abort_reason: str | None = None
+    settling: bool = False  # its result is in hand and being submitted: a stop leaves it alone
+    lease_lost: bool = False  # a renewal was refused as stale: the lease is gone
+    kick: threading.Event = field(default_factory=threading.Event)  # ends a submission's backoff early
 
 
 class Worker:
-    """One worker process: a boot id, a tick loop and up to `concurrency` runs in threads."""
+    """One worker process: a boot id, a tick loop and up to `concurrency` runs in threads.
+
+    A finished run's submission is sent until the store answers it: a failure at the connection
+    (or a 502/503/504/408/429) is retried with backoff, the lease renewed meanwhile, until the
+    store accepts it, refuses it, or a renewal says the lease is gone. With a `journal`
+    (workcenter.worker_journal) it is on disk until then, and a worker that starts sends what
+    an earlier process left there before it recovers or claims."""
 
     def __init__(self, store: WorkerStore, executor: Executor, *, concurrency: int = 3, lease_ms: int = 60_000,
-                 poll_ms: int = 2_000, boot_id: str | None = None, wait_ms: int = 20_000):
+                 poll_ms: int = 2_000, boot_id: str | None = None, wait_ms: int = 20_000, journal=None):
         self.store = store
         self.executor = executor
         self.concurrency = concurrency if isinstance(concurrency, int) and 1 <= concurrency <= 12 else 3
@@ -255,6 +297,7 @@ class Worker:
         # a store that long-polls (HttpStore) waits in its claim; otherwise the loop polls every poll_ms
         self.wait_ms = wait_ms if 0 <= wait_ms <= 30_000 else 20_000
         self.boot_id = boot_id or str(uuid.uuid4())
+        self.journal = journal
         self.state = "running"
         self.active: dict[str, ActiveRun] = {}
         self.lock = threading.Lock()
@@ -262,6 +305,7 @@ class Worker:
         self.completed = 0
         self.once = False
         self._next_recovery = 0.0  # monotonic time of the tick's next recovery
+        self._claims_after = 0.0  # monotonic time before which the server asked for no claim (429)
 
     # --- the loop ---------------------------------------------------------------------------
     def status(self) -> dict:
@@ -270,6 +314,7 @@ class Worker:
     def run_forever(self, *, once: bool = False) -> None:
         logger.info("worker %s started (concurrency %s)", self.boot_id, self.concurrency)
         self.once = once  # one tick: its runs, and no next claims after them
+        self._resubmit_journal()
         self._recover()
         while self.state == "running":
             long_polled = self.tick(wait=not once)
@@ -278,7 +323,8 @@ class Worker:
                 break
             # after a long poll that found nothing the next one starts at once (a short pause
             # keeps a misbehaving proxy that answers at once from turning this into a busy loop)
-            self.wake.wait(0.05 if long_polled else self.poll_ms / 1000)
+            pause = 0.05 if long_polled else self.poll_ms / 1000
+            self.wake.wait(max(pause, self._claims_after - time.monotonic()))
             self.wake.clear()
 
     def tick(self, wait: bool = False) -> bool:
@@ -293,12 +339,18 @@ class Worker:
         if now >= self._next_recovery:
             self._next_recovery = now + max(1_000, self.lease_ms // 3) / 1000
             self._recover()
+        if time.monotonic() < self._claims_after:
+            return False
         while self.state == "running" and len(self.active) < self.concurrency:
             wait_ms = self.wait_ms if wait and getattr(self.store, "long_poll", False) else 0
             try:
                 task = self.store.claim(self.boot_id, self.lease_ms, wait_ms)
-            except Exception:
-                if self.state == "running":
+            except Exception as exc:
+                if isinstance(exc, StoreError) and exc.status == 429:
+                    self._back_off_claims(exc.retry_after)
+                elif self.state == "running" and transient(exc):
+                    logger.warning("claim failed (%s: %s); trying again", type(exc).__name__, exc)
+                elif self.state == "running":
                     logger.exception("claim failed")
                 return False
             if task is None:
@@ -308,6 +360,14 @@ class Worker:
                 return False
             self._start(task)
         return False
+
+    def _back_off_claims(self, retry_after: float | None) -> None:
+        """The server has too many claims waiting (429): none before Retry-After seconds (bounded),
+        plus jitter so that the workers it turned away do not all come back at once."""
+        delay = CLAIM_BACKOFF_DEFAULT if retry_after is None else min(max(retry_after, 0.05), CLAIM_BACKOFF_MAX)
+        delay *= random.uniform(1.0, 1.25)
+        self._claims_after = time.monotonic() + delay
+        logger.debug("the server asked for no claims for %.1f s", delay)
 
     def _recover(self) -> int:
         try:
@@ -328,26 +388,38 @@ class Worker:
         active.thread = threading.Thread(target=self._execute, args=(active,), name=f"run-{run['id'][:8]}", daemon=True)
         active.thread.start()
 
+    def _renew_loop(self, active: ActiveRun, done: threading.Event) -> None:
+        """Renew every lease/3 until `done`. A renewal that fails at the connection is tried at the
+        next interval; one refused as stale ends the run (executing: aborted; submitting: one last
+        attempt tells an applied submission from a lost one)."""
+        run = active.task["run"]
+        interval = max(1_000, self.lease_ms // 3) / 1000
+        try:
+            while not done.wait(interval):
+                try:
+                    ok = self.store.renew(run, self.lease_ms)
+                except Exception as exc:
+                    if transient(exc) or active.settling:
+                        logger.warning("renew of run %s failed (%s: %s); next in %.0f s", run["id"],
+                                       type(exc).__name__, exc, interval)
+                        continue
+                    logger.exception("renew failed")
+                    ok = False
+                if not ok:
+                    with self.lock:
+                        active.lease_lost = True
+                        if not active.settling:
+                            active.abort_reason = "work_item_lease_lost"
+                            active.stop.set()
+                    active.kick.set()
+                    self._recover()
+                    return
+        finally:
+            self._thread_done()
+
     def _execute(self, active: ActiveRun) -> None:
         task, run = active.task, active.task["run"]
-        renew_stop = threading.Event()
-
-        def renew_loop():
-            interval = max(1_000, self.lease_ms // 3) / 1000
-            try:
-                while not renew_stop.wait(interval):
-                    try:
-                        ok = self.store.renew(run, self.lease_ms)
-                    except Exception:
-                        logger.exception("renew failed")
-                        ok = False
-                    if not ok:
-                        active.abort_reason = "work_item_lease_lost"
-                        active.stop.set()
-                        self._recover()
-                        return
-            finally:
-                self._thread_done()
+        done = threading.Event()  # ends the renewals: the run was submitted (or given up)
 
         def report(progress: dict) -> bool:
             active.last_progress = dict(progress)
@@ -359,32 +431,27 @@ class Worker:
                 logger.exception("progress failed")
                 return False
 
-        renewer = threading.Thread(target=renew_loop, daemon=True)
+        renewer = threading.Thread(target=self._renew_loop, args=(active, done), daemon=True)
         renewer.start()
-        result = None
-        try:
-            result = self.executor.execute(task, report, active.stop)
-        except RunAborted:
-            result = None
-        except Exception as exc:  # an executor crash becomes a retryable/failed outcome
-            retryable = getattr(exc, "retryable", True)
-            result = {"outcome": "retryable" if retryable else "failed", "error": str(exc) or repr(exc),
-                      **(active.last_progress or {})}
-        finally:
-            renew_stop.set()
         following = None  # the next claim, made with the submission (one request per action)
         try:
-            if result is not None and not active.stop.is_set():
-                claim_next = (self.boot_id, self.lease_ms) if self.state == "running" and not self.once else None
-                answer = self.store.submit(run, result, claim_next)
-                following = answer.get("next") if isinstance(answer, dict) else None
-                self.completed += 1
-        except StoreError as exc:
-            if not STALE_PATTERN.search(str(exc)):
-                logger.error("submit of run %s failed: %s", run["id"], exc)
+            result = None
+            try:
+                result = self.executor.execute(task, report, active.stop)
+            except RunAborted:
+                result = None
+            except Exception as exc:  # an executor crash becomes a retryable/failed outcome
+                retryable = getattr(exc, "retryable", True)
+                result = {"outcome": "retryable" if retryable else "failed", "error": str(exc) or repr(exc),
+                          **(active.last_progress or {})}
+            with self.lock:  # from here a stop leaves the run alone: its result is submitted (or journalled)
+                active.settling = result is not None and not active.stop.is_set()
+            if active.settling:
+                following = self._settle(active, result)
         except Exception:
             logger.exception("submit of run %s failed", run["id"])
         finally:
+            done.set()
             with self.lock:
                 if not active.stop.is_set() or self.state == "running":
                     self.active.pop(run["id"], None)
@@ -395,6 +462,119 @@ class Worker:
                 self._start(following, registered=True)
             elif following is not None:  # claimed as the worker began to stop: give it back at once
                 self._give_back(following["run"])
+            self.wake.set()
+            self._thread_done()
+
+    # --- submission until answered ----------------------------------------------------------
+    def _settle(self, active: ActiveRun, result: dict, *, journalled: bool = False,
+                attempted: threading.Event | None = None) -> dict | None:
+        """Submit `result` until the store answers it (journalled first, unless it comes from the
+        journal); the entry goes once answered. Returns the answer's next claim, if any."""
+        run = active.task["run"]
+        if self.journal is not None and not journalled:
+            try:
+                self.journal.write(run, result)
+            except OSError:
+                logger.exception("journal entry of run %s could not be written: its result is in memory only", run["id"])
+        outcome, answer = self._submit_until_answered(active, result, claim_next=not journalled, attempted=attempted)
+        if self.journal is not None:
+            try:
+                if outcome == "kept":
+                    self.journal.release(run["id"])
+                else:
+                    self.journal.remove(run["id"])
+            except OSError:
+                logger.exception("journal entry of run %s could not be removed", run["id"])
+        if outcome == "accepted":
+            self.completed += 1
+            return answer.get("next") if isinstance(answer, dict) else None
+        if outcome == "refused":
+            if isinstance(answer, StoreError) and STALE_PATTERN.search(str(answer)):
+                logger.info("submit of run %s refused: %s", run["id"], answer)
+            else:
+                logger.error("submit of run %s failed: %s", run["id"], answer)
+        elif outcome == "lost":
+            logger.error("run %s lost its lease before its submission reached the store (%s)", run["id"], answer)
+        else:
+            logger.info("run %s: the store is out of reach as the worker stops; its result waits in the journal",
+                        run["id"])
+        return None
+
+    def _submit_until_answered(self, active: ActiveRun, result: dict, *, claim_next: bool,
+                               attempted: threading.Event | None) -> tuple[str, Any]:
+        """("accepted", answer) | ("refused", error) | ("lost", error): the lease went while the
+        store was out of reach | ("kept", error): the worker stops, the journal keeps it."""
+        run = active.task["run"]
+        delay, attempts = SUBMIT_RETRY_FIRST, 0
+        while True:
+            attempts += 1
+            last = active.lease_lost  # the lease is gone: this attempt only tells applied from stale
+            following = (self.boot_id, self.lease_ms) if claim_next and self.state == "running" and not self.once else None
+            try:
+                answer = self.store.submit(run, result, following)
+            except Exception as exc:
+                if not transient(exc):
+                    return "refused", exc
+                if last:
+                    return "lost", exc
+                if self.state != "running" and self.journal is not None:
+                    return "kept", exc
+                if attempts == 1 or attempts % 10 == 0:
+                    logger.warning("submit of run %s failed (%s: %s); sending it again (attempt %d)", run["id"],
+                                   type(exc).__name__, exc, attempts + 1)
+                active.kick.wait(delay * random.uniform(0.5, 1.0))
+                active.kick.clear()
+                delay = min(delay * 2, SUBMIT_RETRY_MAX)
+                continue
+            finally:
+                if attempted is not None:
+                    attempted.set()
+            if attempts > 1:
+                logger.info("submit of run %s accepted at attempt %d", run["id"], attempts)
+            return "accepted", answer
+
+    def _resubmit_journal(self) -> None:
+        """Send the submissions an earlier process left in the journal, with their stored fences
+        (live while their leases are), each on a thread of its own that renews the lease while it
+        retries. Recovery runs only after each had its first answer: an entry whose lease expired
+        is refused (and dropped), one whose submission the server applied already is answered as
+        applied, so each is applied at most once, and a live one is not recovered meanwhile."""
+        if self.journal is None:
+            return
+        try:
+            entries = self.journal.orphans()
+        except OSError:
+            logger.exception("the journal could not be read")
+            return
+        if entries:
+            logger.info("sending %d journalled submission(s) again", len(entries))
+        firsts = []
+        for entry in entries:
+            run = entry["run"]
+            active = ActiveRun(task={"run": run}, settling=True)
+            first = threading.Event()
+            with self.lock:
+                self.active[run["id"]] = active
+            active.thread = threading.Thread(target=self._settle_journalled, args=(active, entry["result"], first),
+                                             name=f"journal-{run['id'][:8]}", daemon=True)
+            active.thread.start()
+            firsts.append(first)
+        for first in firsts:
+            first.wait(60)
+
+    def _settle_journalled(self, active: ActiveRun, result: dict, first: threading.Event) -> None:
+        run = active.task["run"]
+        done = threading.Event()
+        threading.Thread(target=self._renew_loop, args=(active, done), daemon=True).start()
+        try:
+            self._settle(active, result, journalled=True, attempted=first)
+        except Exception:
+            logger.exception("journalled submission of run %s failed", run["id"])
+        finally:
+            done.set()
+            first.set()
+            with self.lock:
+                self.active.pop(run["id"], None)
             self.wake.set()
             self._thread_done()
 
@@ -421,19 +601,26 @@ class Worker:
 
     # --- stop -------------------------------------------------------------------------------
     def stop(self, reason: str = "Work Center watcher stopped") -> list[dict]:
-        """Abort every active run, wait for them to settle, then interrupt each with its final progress."""
+        """Abort every active run, wait for them to settle, then interrupt each with its final
+        progress. A run whose result is being submitted is not aborted: it finishes its
+        submission (with a journal: until the store is out of reach, the entry stays)."""
         self.state = "stopping"
         self.wake.set()
         with self.lock:
             runs = list(self.active.values())
-        for a in runs:
-            a.abort_reason = a.abort_reason or "watcher_stopped"
-            a.stop.set()
+            for a in runs:
+                if a.settling:
+                    a.kick.set()
+                    continue
+                a.abort_reason = a.abort_reason or "watcher_stopped"
+                a.stop.set()
         for a in runs:
             if a.thread:
                 a.thread.join(timeout=30)
         report, errors = [], []
         for a in runs:
+            if a.settling:
+                continue
             run = a.task["run"]
             try:
                 ok = self.store.interrupt(run, reason, a.last_progress)

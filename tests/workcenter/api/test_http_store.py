@@ -80,10 +80,12 @@ def test_calls_share_one_keep_alive_connection(server, token):
     # then every call used the same connection
     assert out["run"]["id"] == task["run"]["id"] and out["run"]["status"] != "running"
     assert len(store._idle) == 1 and len(ports) == 1
-    # and API errors arrive as StoreError with the API's code, the connection still usable
+    # a submission sent again with its fence answers as applied
+    assert store.submit(task["run"], {"outcome": "completed"})["run"] == out["run"]
+    # and API errors arrive as StoreError with the API's code and status, the connection still usable
     with pytest.raises(StoreError) as err:
-        store.submit(task["run"], {"outcome": "completed"})
-    assert err.value.code == "stale_run"
+        store.submit({**task["run"], "owner_boot_id": "boot-other"}, {"outcome": "completed"})
+    assert err.value.code == "stale_run" and err.value.status == 409
     assert store.renew(task["run"], 30_000) is False  # stale: the run has finished
     assert _local_ports(store) == ports
     bad = HttpStore(server.url, "wc_nope_nope")

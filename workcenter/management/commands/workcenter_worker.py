@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand
 from workcenter.executors import SHELL_EXECUTOR, ExecutorConfigError, load_executor
 from workcenter.local_store import LocalStore
 from workcenter.worker import HttpStore, Worker
+from workcenter.worker_journal import Journal, default_journal_dir
 
 
 class Command(BaseCommand):
@@ -31,6 +32,12 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="one tick, wait for its runs, exit")
         parser.add_argument("--server", default=None, help="remote Work Center URL (uses the HTTP worker protocol)")
         parser.add_argument("--token", default=None, help="API token for --server (or WORKCENTER_TOKEN)")
+        parser.add_argument("--journal-dir", default=None, metavar="DIR",
+                            help="where finished runs' submissions wait until the store acknowledges them, so a "
+                                 "restarted worker sends them again (default: $WORKCENTER_WORKER_JOURNAL, else "
+                                 "~/.local/state/workcenter/worker-journal)")
+        parser.add_argument("--no-journal", action="store_true",
+                            help="keep finished runs' submissions in memory only (a worker restart loses them)")
 
     def handle(self, *args, **opts):
         log_format = "%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -57,8 +64,16 @@ class Command(BaseCommand):
             store = HttpStore(server, token)
         else:
             store = LocalStore()
-        worker = Worker(store, executor, concurrency=opts["concurrency"],
-                        lease_ms=opts["lease_ms"], poll_ms=opts["poll_ms"], wait_ms=opts["wait_ms"])
+        journal = None
+        if not opts["no_journal"]:
+            directory = opts["journal_dir"] or default_journal_dir()
+            try:
+                journal = Journal(directory, store.scope)
+            except OSError as exc:
+                self.stderr.write(f"workcenter_worker: the journal directory {directory} is not usable: {exc}")
+                sys.exit(2)
+        worker = Worker(store, executor, concurrency=opts["concurrency"], lease_ms=opts["lease_ms"],
+                        poll_ms=opts["poll_ms"], wait_ms=opts["wait_ms"], journal=journal)
         self.stdout.write(f"worker {worker.boot_id} starting (concurrency {worker.concurrency})")
         self.stdout.flush()
 
