@@ -1,9 +1,8 @@
 """What the web process does once its ASGI application is loaded (workcenter/asgi.py): no secret in
 its access log (redact_access_log, below), the start-up heap frozen out of the garbage
 collector's way (freeze_startup_heap), and two per-request costs of daphne's HTTP stack (Twisted)
-that buy nothing, removed. Those two, measured with py-spy
-on a daphne process serving the worker protocol (4 clients, PostgreSQL): together about 6 % of the
-process's CPU.
+that buy nothing, removed. Those two, measured with py-spy on a daphne process serving the
+worker protocol (4 clients, PostgreSQL): together about 6 % of the process's CPU.
 
 * Twisted parses every POST's `Content-Type` with the standard library's e-mail header parser
   (`twisted.web.http._parseContentType`, to find form submissions) — 4 % of the process. The
@@ -16,7 +15,8 @@ process's CPU.
   at verbosity ≥ 1) is written by daphne itself, redacted as below.
 
 Each is applied only if the attribute it replaces exists, so a Twisted or daphne release that
-renames them is served as it ships.
+renames them is served as it ships (for the redaction, tests/e2e/test_access_log_secrets.py then
+fails: a release that logs elsewhere must be looked at before it is used).
 """
 from __future__ import annotations
 
