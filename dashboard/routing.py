@@ -36,6 +36,7 @@ from django.urls import path, re_path
 from workcenter.auth import api_token_user
 
 from .consumers import WorkItemStreamConsumer
+from .workers_stream import WorkersStreamConsumer
 
 BEARER_SUBPROTOCOL = "workcenter.bearer"
 
@@ -52,6 +53,7 @@ class UnknownRouteConsumer(AsyncWebsocketConsumer):
 websocket_urlpatterns = [
     path("ws/work-items/", WorkItemStreamConsumer.as_asgi()),
     path("ws/work-items/<str:item_id>/", WorkItemStreamConsumer.as_asgi()),
+    path("ws/workers/", WorkersStreamConsumer.as_asgi()),
     re_path(r"", UnknownRouteConsumer.as_asgi()),
 ]
 

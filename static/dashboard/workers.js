@@ -1,14 +1,11 @@
-// The Workers page (/workers/): every worker seen in the last hour, from GET /api/v1/workers. It reads
-// again when the stream says a run started or ended (at most twice a second) and on a timer (lease
-// renewals are not events: see nextRefresh); between reads its clock ticks "since the last renewal" and marks a
-// worker the moment one of its leases has gone half its length without a renewal.
-import { LiveStream, absTime, api, describeError, formatDuration, h, readConfig, shortId, showError, startTicker } from "./common.js";
+// The Workers page (/workers/): every worker seen in the last hour, pushed over /ws/workers/ (see below).
+// Between two updates its clock ticks "since the last renewal" and marks a worker the moment one of its
+// leases has gone half its length without a renewal.
+import { LiveStream, absTime, formatDuration, h, readConfig, shortId, startTicker } from "./common.js";
 
 const config = readConfig();
 const tbody = document.getElementById("workers");
 const summary = document.getElementById("workers-summary");
-const errorEl = document.getElementById("workers-error");
-const REFRESH_MS = 3000;
 let skew = 0; // server clock - browser clock, from the answer's `now`
 let shown = [];
 
@@ -24,7 +21,7 @@ function heldCell(worker, now) {
     const parts = [
       h("a", { href: `/work-items/${encodeURIComponent(run.work_item_id)}/` }, run.title),
       h("span", { class: "muted" }, ` · ${run.stage_id} · e${run.lease_epoch} · `),
-      h("span", { class: stale ? "renew stale" : "renew", dataset: { run: run.run_id } },
+      h("span", { class: stale ? "renew stale" : "renew", dataset: { run: run.run_id, renewed: run.renewed_at } },
         `renewed ${unbroken(formatDuration(since))} ago of a ${unbroken(formatDuration(run.lease_ms))} lease`),
     ];
     if (config.can_change) {
@@ -59,45 +56,38 @@ function render() {
     + (stale ? `, ${stale} not renewing` : "") + ".";
 }
 
-let loading = null;
-let again = false;
-async function load() {
-  if (loading) { again = true; return; }
-  loading = (async () => {
-    try {
-      const answer = await api("/workers");
-      skew = Date.parse(answer.now) - Date.now();
-      shown = answer.workers;
-      errorEl.hidden = true;
-      render();
-    } catch (err) {
-      showError(errorEl, describeError(err, "Loading the workers"));
+// The figures come over /ws/workers/ (dashboard/workers_stream.py): the hello carries them all (what
+// GET /api/v1/workers answers), then each "workers" message the rows of the workers that changed, whole,
+// and the boot ids that left the hour. No HTTP request per update; a reconnect brings a whole hello.
+const byBoot = new Map();
+
+function place(msg) {
+  skew = Date.parse(msg.now) - Date.now();
+  shown = [...byBoot.values()].sort((a, b) => Date.parse(b.last_seen) - Date.parse(a.last_seen) || (a.boot_id < b.boot_id ? -1 : 1));
+  render();
+}
+
+class WorkersStream extends LiveStream {
+  handle(msg) {
+    if (msg.type === "workers") {
+      window.__wcWorkersUpdates = (window.__wcWorkersUpdates || 0) + 1; // tests count the pushes
+      for (const boot of msg.gone || []) byBoot.delete(boot);
+      for (const w of msg.workers || []) byBoot.set(w.boot_id, w);
+      place(msg);
+      return;
     }
-  })();
-  await loading;
-  loading = null;
-  if (again) { again = false; load(); }
+    super.handle(msg);
+  }
 }
 
-let soon = null;
-function loadSoon() {
-  if (soon) return;
-  soon = setTimeout(() => { soon = null; load(); }, 500);
-}
-
-const stream = new LiveStream("/ws/work-items/", {
-  onHello: () => loadSoon(),
-  onEvent: (msg) => { if (msg.event && (msg.event.type.startsWith("run.") || msg.event.type.startsWith("action."))) loadSoon(); },
+const stream = new WorkersStream("/ws/workers/", {
+  onHello: (msg) => {
+    byBoot.clear();
+    for (const w of msg.workers || []) byBoot.set(w.boot_id, w);
+    place(msg);
+  },
 });
 window.__wcStream = stream;
 
-// A live worker renews every third of its lease; the mark comes at half of it. The page reads at
-// least every eighth of the shortest lease on screen (between 0.5 and 3 s), so the renewals it
-// shows are never so old that a live worker would look stale.
-function nextRefresh() {
-  const leases = shown.flatMap((w) => w.held.map((run) => run.lease_ms)).filter((ms) => ms > 0);
-  const every = leases.length ? Math.min(REFRESH_MS, Math.max(500, Math.min(...leases) / 8)) : REFRESH_MS;
-  setTimeout(() => { load().finally(nextRefresh); }, every);
-}
 startTicker(render);
-load().then(() => { stream.start(); nextRefresh(); });
+stream.start();

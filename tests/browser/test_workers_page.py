@@ -1,5 +1,6 @@
-"""The Workers page with two real worker processes, one of them stopped with SIGSTOP: the stopped
-one is marked as not renewing its leases within half a lease; the other is not."""
+"""The Workers page: pushed over /ws/workers/ (no HTTP request per update), a renewal on screen
+within a second; with two real worker processes, one of them stopped with SIGSTOP, the stopped
+one is marked as not renewing its leases within half a lease and the other is not."""
 from __future__ import annotations
 
 import os
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from tests.live import ROOT, database_url, stop_process, wait_until
-from workcenter import services
+from workcenter import clock, services
 from workcenter.models import Run
 
 from .conftest import screenshot, wait_for_js, wait_live
@@ -41,6 +42,8 @@ def test_a_stopped_worker_is_marked_within_half_a_lease(page, daphne_server, bg)
         assert len(boots) == 2
         page.goto(f"{daphne_server.url}/workers/")
         wait_live(page)
+        requests: list[str] = []  # what the page asks over HTTP from now on (the websocket aside)
+        page.on("request", lambda r: requests.append(f"{r.method} {r.url}") if r.resource_type != "websocket" else None)
         for boot in boots:
             page.wait_for_selector(f'#workers tr[data-boot="{boot}"][data-renewing="true"]')
         # when one worker process is stopped (SIGSTOP: alive, silent)
@@ -74,6 +77,8 @@ def test_a_stopped_worker_is_marked_within_half_a_lease(page, daphne_server, bg)
         # its last-seen time counts the seconds since (not a "just now" beside the mark)
         seen = page.locator(f'#workers tr[data-boot="{stopped_boot}"] td.col-time').inner_text()
         assert re.fullmatch(r"\d+ s ago", seen), seen
+        assert page.evaluate("window.__wcWorkersUpdates") >= 1  # the live worker's renewals, pushed
+        assert requests == [], requests
         screenshot(page, "workers-stopped.png")
         for width in (1280, 800):  # as a lead's laptop and a narrow window show it
             page.set_viewport_size({"width": width, "height": 900})
@@ -85,3 +90,31 @@ def test_a_stopped_worker_is_marked_within_half_a_lease(page, daphne_server, bg)
             except ProcessLookupError:
                 pass
             stop_process(w)
+
+
+def test_renewals_are_pushed_and_shown_within_a_second_without_http_requests(page, daphne_server, bg):
+    # given a run held by a worker (its renewals made here, through the service a worker calls)
+    bg(services.work_item_create, title="Renewed", goal="g", work_item_type="software-change", actor="test")
+    claim = bg(services.action_claim, owner_boot_id="boot-renewing", lease_ms=60_000)
+    page.goto(f"{daphne_server.url}/workers/")
+    wait_live(page)
+    page.wait_for_selector(f'#workers span.renew[data-run="{claim.run.pk}"]')
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(f"{r.method} {r.url}") if r.resource_type != "websocket" else None)
+    updates = page.evaluate("window.__wcWorkersUpdates || 0")
+    latencies = []
+    for _ in range(5):
+        # when the lease is renewed
+        time.sleep(0.3)
+        started = time.monotonic()
+        renewed = bg(services.run_renew, run_id=claim.run.pk, owner_boot_id="boot-renewing",
+                     lease_epoch=claim.run.lease_epoch, lease_ms=60_000)
+        # then the page shows that renewal within a second, pushed
+        page.wait_for_selector(f'#workers span.renew[data-run="{claim.run.pk}"]'
+                               f'[data-renewed="{clock.iso_ms(renewed.renewed_at)}"]', timeout=3_000)
+        latencies.append(time.monotonic() - started)
+    print(f"\nrenewal on screen after {', '.join(f'{s * 1000:.0f}' for s in latencies)} ms")
+    assert max(latencies) <= 1.0, latencies
+    assert page.evaluate("window.__wcWorkersUpdates") - updates == 5  # one push per renewal
+    assert requests == [], requests
+    assert page.locator(f'span.renew[data-run="{claim.run.pk}"]').inner_text().startswith("renewed 0\u00a0s ago")
