@@ -28,6 +28,7 @@ from .errors import BadRequest, InvalidInput, StaleRun, WorkcenterError
 from .instruments import CLAIM_SECONDS, SUBMIT_SECONDS
 from .services import bulk
 from .services.normalize import UNSTORABLE
+from .services.runs import AppliedSubmission
 from .schemas import (
     ActionResultOut,
     BulkOut,
@@ -523,25 +524,41 @@ def run_submit(request, run_id: PathId, payload: SubmitIn):
     With `claim_next`, the worker's next claim follows in the same request once the submission
     has committed (`next`); a claim that fails for any reason leaves the submission as it is and
     answers `next: null`. Sent again with the fence of a submission already applied (its answer
-    was lost), it answers 200 as applied with the stored run (whatever this body says), writes
-    nothing, and `next` is a claim made now (the lost answer's claim is not found again)."""
+    was lost), it answers 200 as applied with the stored run (whatever this body says) and writes
+    nothing; `next` is then the claim the lost answer carried (services.run_unseen_claim), else
+    a claim made now."""
     with SUBMIT_SECONDS.time():
         return _submit(run_id, payload)
 
 
 def _submit(run_id: str, payload: SubmitIn) -> HttpResponse:
     result = payload.model_dump(exclude_unset=True, exclude={"owner_boot_id", "lease_epoch", "claim_next"})
-    run, action, item = services.run_submit(run_id=run_id, owner_boot_id=payload.owner_boot_id,
-                                            lease_epoch=payload.lease_epoch, result=result)
+    submission = services.run_submit(run_id=run_id, owner_boot_id=payload.owner_boot_id,
+                                     lease_epoch=payload.lease_epoch, result=result)
+    run, action, item = submission
     detail = _detail(item.pk)
     following = None
     if payload.claim_next is not None:
         try:
-            following = _claim_out(payload.claim_next)[0]  # nothing, or contended: the worker long-polls
+            if isinstance(submission, AppliedSubmission):  # the lost answer's claim, else a new one
+                following = _unseen_claim_out(run, payload.claim_next) or _claim_out(payload.claim_next)[0]
+            else:
+                following = _claim_out(payload.claim_next)[0]  # nothing, or contended: the worker long-polls
         except Exception:  # committed already: the worker claims again on its own
             logger.exception("claim_next after run %s failed", run_id)
     return render.response(SubmitOut, {"run": run, "action": detail.action(action.pk), "work_item": detail,
                                        "next": following})
+
+
+def _unseen_claim_out(run, claim_next) -> dict | None:
+    """What ClaimOut renders for services.run_unseen_claim (a submission sent again)."""
+    claim = services.run_unseen_claim(run=run, owner_boot_id=claim_next.owner_boot_id)
+    if claim is None:
+        return None
+    detail = _detail(claim.work_item.pk)
+    return {"work_item": detail, "action": detail.action(claim.action.pk), "run": claim.run,
+            "dependencies": selectors.claim_dependencies(claim.action, claim.work_item, actions=detail.actions,
+                                                         runs=detail.runs)}
 
 
 @worker.post("/runs/{run_id}/interrupt", response={200: InterruptOut, **WORKER_ERRORS})

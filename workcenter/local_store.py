@@ -12,7 +12,8 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from .clock import iso_ms
 from .errors import WorkcenterError
 from .selectors import claim_dependencies
-from .services import action_claim, run_interrupt, run_progress, run_renew, run_submit, runs_recover
+from .services import action_claim, run_interrupt, run_progress, run_renew, run_submit, run_unseen_claim, runs_recover
+from .services.runs import AppliedSubmission
 from .worker import StoreError
 
 logger = logging.getLogger("workcenter.worker")
@@ -35,8 +36,10 @@ class LocalStore:
     def claim(self, boot_id, lease_ms, wait_ms=0):
         close_old_connections()
         c = action_claim(owner_boot_id=boot_id, lease_ms=lease_ms)
-        if c is None:
-            return None
+        return None if c is None else self._task(c)
+
+    @staticmethod
+    def _task(c) -> dict:
         item, action, run = c.work_item, c.action, c.run
         return {
             "work_item": {
@@ -71,16 +74,19 @@ class LocalStore:
         """As over HTTP: a submission applied already (the same fence) answers as applied, and a
         database out of reach is a ConnectionError (the worker sends the submission again)."""
         try:
-            r, a, i = run_submit(**self._fence(run), result=result)
+            submission = run_submit(**self._fence(run), result=result)
         except WorkcenterError as exc:
             raise StoreError(exc.message, exc.code) from None
         except (OperationalError, InterfaceError) as exc:
             connection.close()  # the next attempt opens a new connection
             raise ConnectionError(f"database: {exc}") from exc
+        r, _, i = submission
         following = None
         if claim_next is not None:  # committed: a failed claim leaves the submission as it is
             try:
-                following = self.claim(*claim_next)
+                unseen = (run_unseen_claim(run=r, owner_boot_id=claim_next[0])
+                          if isinstance(submission, AppliedSubmission) else None)  # the lost answer's claim
+                following = self._task(unseen) if unseen is not None else self.claim(*claim_next)
             except Exception:
                 logger.exception("claim_next after run %s failed", r.pk)
         return {"run": {"id": r.pk, "status": r.status, "error": r.error}, "work_item": {"id": i.pk, "status": i.status},

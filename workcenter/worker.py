@@ -382,6 +382,8 @@ class Worker:
     def _start(self, task: dict, *, registered: bool = False) -> None:
         run = task["run"]
         with self.lock:
+            if not registered and run["id"] in self.active:  # held already: a store's guess of a lost claim
+                return
             active = self.active.get(run["id"]) if registered else None
             if active is None:
                 active = self.active[run["id"]] = ActiveRun(task=task)
@@ -455,6 +457,8 @@ class Worker:
             with self.lock:
                 if not active.stop.is_set() or self.state == "running":
                     self.active.pop(run["id"], None)
+                if following is not None and following["run"]["id"] in self.active:
+                    following = None  # held already (an answer sent again may guess a claim this worker has)
                 start = following is not None and self.state == "running"
                 if start:  # takes this run's place: never above the concurrency
                     self.active[following["run"]["id"]] = ActiveRun(task=following)

@@ -275,3 +275,31 @@ def test_the_local_store_answers_a_resubmission_as_applied():
     again = local.submit(task["run"], {"outcome": "failed", "error": "late"})
     assert again["run"] == first["run"] and again["run"]["status"] != "running"
     assert Event.objects.count() == events and Run.objects.get(pk=task["run"]["id"]).status == first["run"]["status"]
+
+
+def test_a_next_claim_the_worker_holds_already_is_not_started_twice():
+    # given two runs in hand, the second one still executing
+    release = threading.Event()
+    executed = []
+
+    class Slow:
+        def execute(self, task, report, stop):
+            executed.append(task["run"]["id"])
+            if task["run"]["id"] == "run-2":
+                release.wait(10)
+            return dict(RESULT)
+
+    class Guessing(FakeStore):
+        def submit(self, run, result, claim_next=None):
+            super().submit(run, result, claim_next)
+            # an answer sent again guesses the lost claim: here one the worker has
+            return {"run": {"id": run["id"], "status": "completed"}, "next": _task(2) if run["id"] == "run-1" else None}
+
+    store = Guessing([_task(1), _task(2)])
+    w = Worker(store, Slow(), concurrency=2, boot_id="boot-old")
+    w.tick()
+    assert _wait(lambda: len(store.of("submit")) == 1)
+    release.set()
+    w._wait_all()
+    assert sorted(executed) == ["run-1", "run-2"]
+    assert w.completed == 2

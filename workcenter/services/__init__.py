@@ -11,7 +11,7 @@ _SERVICES = {
     "integration": ("integration_acquire", "integration_finish", "integration_rollback", "integration_set_workspace"),
     "recovery": ("runs_recover",),
     "repairs": ("action_edit", "action_mark_failed", "action_reset", "run_release"),
-    "runs": ("run_interrupt", "run_progress", "run_renew", "run_set_snapshots", "run_submit"),
+    "runs": ("run_interrupt", "run_progress", "run_renew", "run_set_snapshots", "run_submit", "run_unseen_claim"),
     "work_items": ("work_item_cancel", "work_item_create", "work_item_guide", "work_item_retry",
                    "work_item_retry_preview", "work_item_start", "work_item_update"),
 }

@@ -9,12 +9,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.db.models import F
+
 from ..errors import InvalidInput, InvalidState, PlanError, ReservationActive, StaleRun
 from ..event_types import EventType
 from ..events import event_append, publish_progress_on_commit
 from ..models import Action, ActionStatus, ActionType, ExecutionMode, Run, RunStatus, WorkItem, WorkItemStatus
 from .. import db, rules
 from . import common, graph, normalize, planning, workflows
+from .claims import Claim
 from .common import resolve_now, store_transaction
 from .hooks import fault_point
 
@@ -117,7 +120,7 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
         try:
             lease, sub, new_snapshot = _fenced_submission(cur, run_id, owner_boot_id, lease_epoch, result, now)
         except _Applied as applied:  # this fence's submission committed before: nothing is written
-            return applied.rows
+            return AppliedSubmission(applied.rows)
         run, action, item = lease.run, lease.action, lease.item
         mode_before = item.execution_mode
         w = db.Writes(cur)
@@ -134,6 +137,24 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
                      actor=actor, now=now, writes=w)
         w.flush()
         return run, action, item
+
+
+class AppliedSubmission(tuple):
+    """What `run_submit` returns for a submission applied before with the same fence: (run, action,
+    item) as they are now; a fresh submission returns a plain tuple."""
+
+
+def run_unseen_claim(*, run: Run, owner_boot_id: str) -> Claim | None:
+    """The claim a submission's `claim_next` most likely made for `owner_boot_id` although its
+    answer was lost with the submission's: the earliest run of that owner started since `run`
+    ended, still running and never renewed (its worker has not seen it). None when there is
+    none. The worker ignores a claim it holds already, so a wrong guess is harmless."""
+    following = (Run.objects.filter(owner_boot_id=owner_boot_id, status=RunStatus.RUNNING,
+                                    started_at__gte=run.ended_at, renewed_at=F("started_at"))
+                 .select_related("action", "work_item").order_by("started_at", "pk").first())
+    if following is None:
+        return None
+    return Claim(work_item=following.work_item, action=following.action, run=following)
 
 
 class _Applied(Exception):

@@ -1,5 +1,6 @@
 """POST /runs/{id}/submit sent again after it was applied (the answer was lost on the way back):
-200 with the applied run, action and item, nothing written; `next` a claim of its own."""
+200 with the applied run, action and item, nothing written; `next` the claim the lost answer
+carried (its worker never saw it), else a new one."""
 from __future__ import annotations
 
 import pytest
@@ -49,8 +50,24 @@ def test_a_resubmission_with_another_outcome_answers_with_what_was_applied(api):
     assert Run.objects.get(pk=run_id).status == "completed"
 
 
-def test_a_resubmission_with_claim_next_claims_afresh(api):
-    # given an applied submission whose answer (and its claim_next) was lost
+def test_a_resubmission_with_claim_next_answers_the_claim_the_lost_answer_carried(api):
+    # given a submission with claim_next whose answer (and the next claim in it) was lost
+    api.create(title="One", work_item_type="software-change", acceptance_criteria=["works"])
+    claim = api.claim("boot-R")
+    run_id = claim["run"]["id"]
+    claim_next = {"owner_boot_id": "boot-R", "lease_ms": 30_000}
+    lost = api.post(f"/runs/{run_id}/submit", {**_completed(claim), "claim_next": claim_next})
+    assert lost.status_code == 200 and lost.json()["next"] is not None
+    events = Event.objects.count()
+    # when it comes again: the same next claim, no second one
+    again = api.post(f"/runs/{run_id}/submit", {**_completed(claim), "claim_next": claim_next})
+    assert again.status_code == 200, again.content
+    assert again.json()["next"]["run"] == lost.json()["next"]["run"]
+    assert Run.objects.filter(status="running").count() == 1 and Event.objects.count() == events
+
+
+def test_a_resubmission_with_claim_next_claims_afresh_when_the_lost_answer_had_none(api):
+    # given an applied submission without claim_next, and a second item claimable since
     api.create(title="One", work_item_type="software-change", acceptance_criteria=["works"])
     claim = api.claim("boot-R")
     run_id = claim["run"]["id"]
@@ -63,6 +80,20 @@ def test_a_resubmission_with_claim_next_claims_afresh(api):
     assert following is not None and following["run"]["owner_boot_id"] == "boot-R"
     assert following["run"]["id"] != run_id
     assert Run.objects.filter(status="running").count() == 1
+
+
+def test_a_renewed_run_is_not_taken_for_the_lost_claim(api):
+    # the owner's only running run was renewed: its worker has it, so a new claim is made instead
+    api.create(title="One", work_item_type="software-change", acceptance_criteria=["works"])
+    api.create(title="Two", work_item_type="software-change", acceptance_criteria=["works"])
+    claim = api.claim("boot-R")
+    assert api.post(f"/runs/{claim['run']['id']}/submit", _completed(claim)).status_code == 200
+    held = api.claim("boot-R")
+    assert api.post(f"/runs/{held['run']['id']}/renew", {**fence(held), "lease_ms": 30_000}).status_code == 200
+    again = api.post(f"/runs/{claim['run']['id']}/submit",
+                     {**_completed(claim), "claim_next": {"owner_boot_id": "boot-R", "lease_ms": 30_000}})
+    assert again.status_code == 200, again.content
+    assert again.json()["next"]["run"]["id"] not in (held["run"]["id"], claim["run"]["id"])
 
 
 def test_an_interrupted_run_is_still_stale(api):
