@@ -19,7 +19,8 @@ It also bounds what a request may make the process hold: a body over WORKCENTER_
 answered with 413 (the API's error body, `extra.limit_bytes`) before it is read when its
 `Content-Length` says so, else as soon as the bytes received pass the limit (a body sent without a
 length). Django's own check (DATA_UPLOAD_MAX_MEMORY_SIZE) only counts a declared length, and only
-once a view reads the body.
+once a view reads the body. Those answers never pass through the middleware chain, so they are
+given its security headers here (workcenter/security_headers.py).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.urls import set_script_prefix
 
 from .instruments import HTTP_IN_FLIGHT
+from .security_headers import secure_scope
 
 logger = logging.getLogger("django.request")
 
@@ -119,7 +121,8 @@ class SyncASGIHandler(ASGIHandler):
 
     def too_large(self, scope, limit: int):
         logger.warning("Request body too large: %s", scope.get("path"), extra={"status_code": 413})
-        return self.errors.error_response(*self.errors.body_too_large(limit))
+        # answered before the middleware chain, so its security headers are added here
+        return secure_scope(scope, self.errors.error_response(*self.errors.body_too_large(limit)))
 
     def respond(self, scope, body_file):
         """The WSGI request cycle for one request, on a pool thread."""
@@ -129,7 +132,8 @@ class SyncASGIHandler(ASGIHandler):
             response = self.get_response(request)
         elif self.errors.json_path(scope["path"]):
             # Django built no request (a query string that is not UTF-8), so no middleware ran
-            response = self.errors.json_error_page(response, path=scope["path"], method=scope["method"])
+            response = secure_scope(scope, self.errors.json_error_page(response, path=scope["path"],
+                                                                       method=scope["method"]))
         response._handler_class = self.__class__
         if not response.streaming:
             # the content is bytes by now: close (request_finished, connection checks) on this

@@ -13,25 +13,25 @@ Where each figure comes from, and why:
   rows are never deleted (the store deletes none).
 * **In the process, as it happens**: claim and submit latency (histograms of the API's worker
   routes, in seconds), the websocket clients connected, the long-poll claims parked and the
-  wakes that found nothing, and the HTTP requests on a request thread now. They describe the process that
-  answers the scrape; with several web processes, scrape each (or set `PROMETHEUS_MULTIPROC_DIR`
+  wakes that found nothing, the HTTP requests on a request thread now, and the process's last
+  health check (database and channel layer up, the Redis ping's latency, seconds since Redis last
+  answered: workcenter/health.py) with the claims' latency over the last minute (p50, p99, max).
+  They describe the process that answers the scrape; with several web processes, scrape each (or set `PROMETHEUS_MULTIPROC_DIR`
   to one directory per machine: prometheus-client's multiprocess mode then sums the processes
   that share it).
 
 Access: `workcenter.view_workitem` (session or `Authorization: Bearer <API token>`), or
 `Authorization: Bearer <WORKCENTER_METRICS_TOKEN>` when that setting is set (a scrape token that
-reads only this page). `/healthz` needs nothing and says only ok or not.
+reads only this page). `/healthz` needs nothing and then says only ok or not; with the same
+access it gives the details (workcenter/health.py).
 """
 from __future__ import annotations
 
-import hmac
+import math
 import time
 
-from django.conf import settings
-from django.db import connection
 from django.db.models import Count, F, Max, Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
-import redis
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -39,13 +39,43 @@ from . import clock
 from .api import error_body
 from .auth import VIEW, api_token_user, user_has_perm
 from .choices import ActionStatus, RunStatus, WorkItemStatus
-from .instruments import (CLAIM_SECONDS, EMPTY_WAKES, HTTP_IN_FLIGHT, MULTIPROCESS, PARKED_CLAIMS, SUBMIT_SECONDS,
+from .health import FIRST_CHECK_WAIT, health_response, probe, scrape_token_matches
+from .instruments import (CLAIM_SECONDS, CLAIMS_RECENT, EMPTY_WAKES, HTTP_IN_FLIGHT, MULTIPROCESS, PARKED_CLAIMS, SUBMIT_SECONDS,
                           WEBSOCKET_CLIENTS)
 from .models import Action, Event, Run, WorkItem
-from .redis_layer import redis_host
 from .services.recovery import RECOVERY_ERROR, STALE_ERROR
 
-HEALTH_TIMEOUT = 2.0  # seconds a health check waits for Redis
+
+class HealthCollector:
+    """The last health check of this process (workcenter/health.py) and the claims' latency over the
+    last minute; nothing for the check before the process's first probe has ended."""
+
+    def collect(self):
+        now = time.monotonic()
+        check = probe.last
+        if check is not None:
+            yield GaugeMetricFamily("workcenter_database_up", "1 when the last health probe's SELECT 1 answered",
+                                    value=1 if check.database == "ok" else 0)
+            yield GaugeMetricFamily("workcenter_channel_layer_up", "1 when the last health probe's Redis ping "
+                                    "answered within 0.5 s (always 1 on the in-memory layer)",
+                                    value=1 if check.channel_layer == "ok" else 0)
+            yield GaugeMetricFamily("workcenter_channel_layer_probe_seconds", "How long the last Redis ping "
+                                    "took (or took to fail)", value=check.channel_layer_seconds)
+            since_ok = math.inf if check.channel_layer_ok_at is None else now - check.channel_layer_ok_at
+            yield GaugeMetricFamily("workcenter_channel_layer_seconds_since_ok", "Seconds since a Redis ping "
+                                    "last answered (+Inf: none has yet)", value=since_ok)
+            yield GaugeMetricFamily("workcenter_health_check_age_seconds", "Seconds since the last health probe "
+                                    "ended (more than a few intervals: the probe is stuck)",
+                                    value=now - check.checked_at)
+        recent = CLAIMS_RECENT.summary(now)
+        yield GaugeMetricFamily("workcenter_claim_recent_count", "Claims answered in the last minute by this "
+                                "process", value=recent["count"])
+        family = GaugeMetricFamily("workcenter_claim_recent_seconds", "Claim latency over the last minute "
+                                   "(quantile 1 is the maximum; NaN without claims)", labels=["quantile"])
+        for quantile, key in (("0.5", "p50_seconds"), ("0.99", "p99_seconds"), ("1", "max_seconds")):
+            family.add_metric([quantile], math.nan if recent[key] is None else recent[key])
+        yield family
+
 
 class StoreCollector:
     """The figures read from the database at each scrape (module doc)."""
@@ -94,6 +124,7 @@ class StoreCollector:
 def _registry() -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector())
+    registry.register(HealthCollector())
     if MULTIPROCESS:
         multiprocess.MultiProcessCollector(registry)
     else:
@@ -112,9 +143,8 @@ def _allowed(request: HttpRequest) -> tuple[bool, int]:
     """(allowed, status when not): the scrape token, an API token or a session with the view
     permission."""
     raw = _bearer(request)
-    scrape = getattr(settings, "WORKCENTER_METRICS_TOKEN", "")
     if raw is not None:
-        if scrape and hmac.compare_digest(raw.encode(), scrape.encode()):
+        if scrape_token_matches(raw):
             return True, 200
         user = api_token_user(raw, permission=VIEW)
         if user is None:
@@ -134,44 +164,15 @@ def metrics(request: HttpRequest) -> HttpResponse:
                                                                 "token or the scrape token"), status=401)
         return JsonResponse(error_body("permission_denied", f"permission denied: {VIEW} is required",
                                        {"permission": VIEW}), status=403)
+    probe.ensure_started()
     return HttpResponse(generate_latest(_registry()), content_type=CONTENT_TYPE_LATEST)
 
 
 # --- health ----------------------------------------------------------------------------------------
 
-def _database() -> str:
-    try:
-        connection.ensure_connection()
-        if not connection.is_usable():
-            connection.close()
-            return "unavailable: the connection does not answer"
-        return "ok"
-    except Exception as exc:  # any driver error means: not healthy
-        connection.close()
-        return f"unavailable: {type(exc).__name__}"
-
-
-def _channel_layer() -> str:
-    url = getattr(settings, "REDIS_URL", "")
-    if not url:
-        return "ok"  # the in-memory layer lives in this process
-    try:
-        client = redis.Redis.from_url(redis_host(url)["address"], socket_timeout=HEALTH_TIMEOUT,
-                                      socket_connect_timeout=HEALTH_TIMEOUT)
-        try:
-            client.ping()
-        finally:
-            client.close()
-        return "ok"
-    except Exception as exc:
-        return f"unavailable: {type(exc).__name__}"
-
-
 def healthz(request: HttpRequest) -> JsonResponse:
-    """200 `{"status": "ok", ...}` when the database and the channel layer answer, else 503 with
-    what failed. No credentials: it says nothing but whether the parts answer."""
-    started = time.monotonic()
-    checks = {"database": _database(), "channel_layer": _channel_layer()}
-    ok = all(v == "ok" for v in checks.values())
-    body = {"status": "ok" if ok else "unavailable", **checks, "ms": round((time.monotonic() - started) * 1000, 1)}
-    return JsonResponse(body, status=200 if ok else 503)
+    """`/healthz` for a request that reached Django (workcenter/health.py answers the others at the
+    ASGI level): the details for a caller who may read `/metrics`, the status alone for anyone else
+    (a credential that is wrong is no reason to fail a health check)."""
+    allowed, _ = _allowed(request)
+    return health_response(detailed=allowed, wait=FIRST_CHECK_WAIT)

@@ -11,6 +11,8 @@ produced it.
   without a length, is in workcenter/handlers.py; this check covers every other way in (the test
   client, a WSGI server).
 
+Both refusals are given the security headers the rest of the chain would have added.
+
 After the chain, any error response that is not JSON — Django's 404 and 500 pages and their DEBUG
 versions, ninja's 405, a CSRF failure page — is replaced by the error body of its status, with the
 same headers (the `Allow` of a 405, the security headers). Django has logged the failure by then.
@@ -25,6 +27,7 @@ from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from .api import CODE_BY_STATUS, body_too_large, error_body
+from .security_headers import secure
 
 JSON_PATHS = ("/api/v1/", "/ws/")
 
@@ -79,7 +82,7 @@ class ApiErrorMiddleware:
             return self.get_response(request)
         refused = self.refuse(request)
         if refused is not None:
-            return refused
+            return secure(request, refused)  # the middleware after this one never sees it
         return json_error_page(self.get_response(request), path=request.path, method=request.method)
 
     def refuse(self, request: HttpRequest) -> HttpResponse | None:

@@ -208,6 +208,9 @@ WORKCENTER_STREAM_OVERVIEW = os.environ.get("WORKCENTER_STREAM_OVERVIEW", "1") n
 # A bearer token that may read GET /metrics and nothing else (for a Prometheus scrape job); empty:
 # only users with workcenter.view_workitem (session or API token) may.
 WORKCENTER_METRICS_TOKEN = os.environ.get("WORKCENTER_METRICS_TOKEN", "")
+# Seconds between two health probes of a server process (database SELECT 1, Redis ping): /healthz
+# answers from the last one (workcenter/health.py).
+WORKCENTER_HEALTH_INTERVAL_S = float(os.environ.get("WORKCENTER_HEALTH_INTERVAL_S", "2"))
 # Threads serving HTTP requests per server process (workcenter/handlers.py), each with its own
 # database connection.
 WORKCENTER_HTTP_THREADS = int(os.environ.get("WORKCENTER_HTTP_THREADS", "8"))

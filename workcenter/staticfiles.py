@@ -22,6 +22,8 @@ import os
 from django.conf import settings
 from whitenoise.middleware import WhiteNoiseMiddleware
 
+from .security_headers import security_headers
+
 logger = logging.getLogger("workcenter.staticfiles")
 
 CHUNK = 64 * 1024
@@ -98,7 +100,8 @@ class StaticFilesApp:
         response = await loop.run_in_executor(None, static_file.get_response, scope["method"],
                                               _request_headers(scope))
         headers = [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in response.headers]
-        headers.append((b"x-content-type-options", b"nosniff"))
+        content_type = next((str(v) for k, v in response.headers if k.lower() == "content-type"), "")
+        headers.extend(security_headers(scope, content_type))  # as Django's answers carry
         await send({"type": "http.response.start", "status": int(response.status), "headers": headers})
         file = response.file
         if file is None:

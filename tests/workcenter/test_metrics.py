@@ -1,9 +1,9 @@
-"""GET /metrics (Prometheus text, figures that match the database) and GET /healthz (200/503)."""
+"""GET /metrics: Prometheus text, figures that match the database, and the process's health
+(tests/workcenter/test_health.py tests GET /healthz)."""
 from __future__ import annotations
 
+import collections
 import json
-import urllib.error
-import urllib.request
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -11,11 +11,17 @@ from django.db.models import Max
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.live import free_port, start_daphne, stop_process
+from workcenter import health, instruments
 from workcenter.auth import api_token_create
 from workcenter.models import Action, Event, Run, WorkItem
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _no_probe_thread(monkeypatch):
+    """/metrics starts the process's health probe; here the tests probe when they mean to."""
+    monkeypatch.setattr(health.probe, "ensure_started", lambda: None)
 
 
 def _token(*codenames: str) -> str:
@@ -81,29 +87,38 @@ def test_metrics_need_the_view_permission_or_the_scrape_token(settings):
     assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-secret-123").status_code == 401
 
 
-def test_healthz_answers_ok_and_says_what_is_unreachable(settings):
-    r = Client().get("/healthz")
-    assert r.status_code == 200, r.content
-    assert r.json()["status"] == "ok" and r.json()["database"] == "ok" and r.json()["channel_layer"] == "ok"
-    # a Redis that does not answer (nothing listens on port 1)
+def test_metrics_report_the_channel_layer_health_and_the_recent_claim_latency(settings, monkeypatch):
+    # given this process's health probe found Redis not answering (nothing listens on port 1),
+    # and three claims answered in the last minute
+    monkeypatch.setattr(health.probe, "last", None)
+    monkeypatch.setattr(health.probe, "layer_ok_at", None)
+    monkeypatch.setattr(instruments.CLAIMS_RECENT, "samples", collections.deque(maxlen=16))
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    r = Client().get("/healthz")
-    assert r.status_code == 503
-    assert r.json()["status"] == "unavailable" and r.json()["channel_layer"].startswith("unavailable")
-    assert r.json()["database"] == "ok"
-
-
-@pytest.mark.django_db(transaction=True)
-def test_healthz_answers_503_when_postgresql_does_not_answer():
-    # a real server whose PostgreSQL is not there (nothing listens on its port)
-    port = free_port()
-    dead = f"postgres://postgres@127.0.0.1:{free_port()}/workcenter"
-    proc = start_daphne(port, {"DATABASE_URL": dead})
     try:
-        with pytest.raises(urllib.error.HTTPError) as err:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30)
-        assert err.value.code == 503
-        body = json.loads(err.value.read())
-        assert body["status"] == "unavailable" and body["database"].startswith("unavailable")
+        health.probe.probe_once()
     finally:
-        stop_process(proc)
+        health.probe.close_redis()
+    for seconds in (0.010, 0.020, 0.400):
+        instruments.CLAIMS_RECENT.observe(seconds)
+    # when Prometheus scrapes
+    r = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {_token('view_workitem')}")
+    m = _samples(r.content.decode())
+    # then the channel layer is down, never seen up, and the database up
+    assert m["workcenter_channel_layer_up", ()] == 0
+    assert m["workcenter_database_up", ()] == 1
+    assert m["workcenter_channel_layer_seconds_since_ok", ()] == float("inf")
+    assert 0 <= m["workcenter_channel_layer_probe_seconds", ()] < 1.0
+    assert 0 <= m["workcenter_health_check_age_seconds", ()] < 5
+    # and the claims' last minute is there: p50, p99, max
+    assert m["workcenter_claim_recent_count", ()] == 3
+    assert m["workcenter_claim_recent_seconds", (("quantile", "0.5"),)] == 0.020
+    assert m["workcenter_claim_recent_seconds", (("quantile", "0.99"),)] == 0.400
+    assert m["workcenter_claim_recent_seconds", (("quantile", "1"),)] == 0.400
+
+    # when Redis answers again (the in-memory layer: nothing to ping) and the probe runs
+    settings.REDIS_URL = ""
+    health.probe.probe_once()
+    m = _samples(Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {_token('view_workitem')}").content.decode())
+    # then it is up, last seen up just now
+    assert m["workcenter_channel_layer_up", ()] == 1
+    assert 0 <= m["workcenter_channel_layer_seconds_since_ok", ()] < 5
