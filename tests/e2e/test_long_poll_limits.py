@@ -8,6 +8,8 @@ import asyncio
 import gc
 import http.client
 import json
+import os
+import resource
 import time
 import tracemalloc
 
@@ -191,6 +193,62 @@ def test_a_claim_with_a_bad_token_never_takes_a_place(bounded_server):
         assert {x.status for x in await asyncio.gather(*tasks)} == {204}
 
     async_to_sync(then)()
+
+
+FEW_FDS = 160  # the server's file descriptors: a dozen at rest, some 30 once serving (database connections)
+
+
+@pytest.fixture
+def server_with_few_fds():
+    """The bounded server under a low RLIMIT_NOFILE (inherited from this process while it starts)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    port = free_port()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FEW_FDS, hard))
+    try:
+        proc = start_daphne(port, {"WORKCENTER_LOG_LEVEL": "WARNING",
+                                   "WORKCENTER_LONG_POLL_MAX_PER_TOKEN": str(PER_TOKEN),
+                                   "WORKCENTER_LONG_POLL_MAX_PER_PROCESS": str(PER_PROCESS)})
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    yield port, proc
+    stop_process(proc)
+
+
+def _open_fds(proc) -> int:
+    return len(os.listdir(f"/proc/{proc.pid}/fd"))
+
+
+def test_more_claims_than_the_server_has_file_descriptors_never_take_it_down(server_with_few_fds):
+    """More long-poll claims than the server could hold connections for, one after the other from
+    a few tokens: beyond the bounds each answers 429 at once, so `/healthz` and the API keep
+    answering (without the bounds the claims took every descriptor and the server stopped
+    accepting connections)."""
+    port, proc = server_with_few_fds
+    tokens = [_token() for _ in range(4)]
+    total = FEW_FDS + 40
+    at_rest = _open_fds(proc)
+
+    async def scenario():
+        tasks = []
+        for i in range(total):
+            tasks.append(asyncio.create_task(_claim(port, tokens[i % len(tokens)], f"fd-{i}", 30_000)))
+            await asyncio.wait({tasks[-1]}, timeout=0.05)  # answered, or waiting
+            if i % 20 == 19:
+                assert (await asyncio.to_thread(_get, port, "/healthz"))[0] == 200, f"after {i + 1} claims"
+        await asyncio.sleep(0.5)
+        refused = [t.result() for t in tasks if t.done()]
+        assert len(refused) == total - PER_PROCESS, len(refused)
+        assert {x.status for x in refused} == {429} and max(x.took for x in refused) < 1.0
+        assert await asyncio.to_thread(_parked, port, tokens[0]) == PER_PROCESS
+        print(f"\nserver file descriptors: {at_rest} at rest, {_open_fds(proc)} with {PER_PROCESS} claims parked "
+              f"after {total} sent (limit {FEW_FDS})")
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async_to_sync(scenario)()
+    assert _get(port, "/healthz")[0] == 200
+    assert wait_until(lambda: _parked(port, tokens[0]) == 0, 5)
 
 
 # --- in-process: the middleware's counts and what a waiting claim holds ------------------------
