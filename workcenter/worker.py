@@ -372,8 +372,11 @@ class Worker:
     def _recover(self) -> int:
         try:
             n = self.store.recover(self.boot_id)
-        except Exception:
-            logger.exception("recovery failed")
+        except Exception as exc:
+            if transient(exc):  # the store is out of reach: the next tick tries again
+                logger.warning("recovery failed (%s: %s)", type(exc).__name__, exc)
+            else:
+                logger.exception("recovery failed")
             return 0
         if n:
             logger.info("recovered %s run(s)", n)
