@@ -23,12 +23,14 @@ In a scripts directory every executable file whose name is a valid command name 
 that name (hidden files and files that are not executable are ignored). Both are read once, at
 start-up; a file or directory that cannot be used stops the worker with a message naming it.
 
-The name an action asks for is the first of: the `command` of its stage in the item's workflow
-snapshot, the `command` of its brief, else its stage id. A name the worker was not given fails
-the run without starting anything; the error lists the names it has. The process runs in the
-item's work_dir (the worker's directory when the item has none) with the worker's environment
-minus WORKCENTER_TOKEN, plus the command's `env`, plus WORKCENTER_ITEM_ID, WORKCENTER_ACTION_ID,
-WORKCENTER_STAGE_ID, WORKCENTER_RUN_ID, WORKCENTER_ATTEMPT and WORKCENTER_COMMAND.
+The name an action asks for is its stage id (command_name_for: a `command` on the stored stage,
+then on the brief, would come first, but the server stores neither — workflows and plans keep
+only the stage keys of DOMAIN §4.1, and a brief's repair refuses other keys). A name the worker
+was not given fails the run without starting anything; the error lists the names it has. The
+process runs in the item's work_dir (the worker's directory when the item has none) with the
+worker's environment minus WORKCENTER_TOKEN, plus the command's `env`, plus WORKCENTER_ITEM_ID,
+WORKCENTER_ACTION_ID, WORKCENTER_STAGE_ID, WORKCENTER_RUN_ID, WORKCENTER_ATTEMPT and
+WORKCENTER_COMMAND.
 
 Exit code 0 ⇒ completed with the output tail as evidence; 75 (EX_TEMPFAIL) ⇒ retryable; any other
 code, a timeout or a program that cannot start ⇒ failed. Stopping the run ends the command's whole
@@ -177,7 +179,8 @@ def load_commands(commands: str | os.PathLike | None, scripts: str | os.PathLike
 # --- one action ------------------------------------------------------------------------------------
 
 def command_name_for(task: dict) -> str | None:
-    """The name an action asks for: its stage's `command`, its brief's `command`, else its stage id."""
+    """The name an action asks for: its stage id. A `command` on the stored stage, then on the brief,
+    would come first; nothing the server stores has one (module doc)."""
     item, action = task["work_item"], task["action"]
     stage_id = action.get("stage_id")
     for stage in (item.get("workflow_snapshot") or {}).get("stages") or []:
