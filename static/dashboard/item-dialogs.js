@@ -3,8 +3,11 @@
 // recomputes what it would do and says what changed before the lead confirms. What the lead typed
 // is never overwritten: answers are kept per question across re-renders, and the Edit dialog
 // loads new values only when asked to, and only into the fields the lead has not edited.
+// Retry and Cancel send the state token of the preview they show (`expected_state_token`): if the
+// item moved since (a claim, a failure, a retry elsewhere) the server refuses (state_changed) and
+// says what happened; the dialog shows it and recomputes.
 import { STATUS_LABEL, api, describeError, formatDuration, h, shortId, showError, wireDialogClose } from "./common.js";
-import { $, TERMINAL, base, config, emit, graphView, on, refreshAll, state } from "./item-core.js";
+import { $, TERMINAL, base, config, emit, graphView, itemId, on, refreshAll, state } from "./item-core.js";
 
 const RETRYABLE = new Set(["waiting", "needs_attention"]);
 const PREVIEW_IDS = 16; // the preview's action_id query takes at most this many stages
@@ -50,6 +53,13 @@ function actorsOf(events) {
 function setNotice(el, text) {
   el.querySelector(".notice-text").textContent = text || "";
   el.hidden = !text;
+}
+
+/** A refusal for a state that moved since the dialog's preview (409 state_changed), in words. */
+function refusalText(err, what) {
+  if (err.code !== "state_changed") return describeError(err, what);
+  const msg = (err.message || "the item changed").replace(/\.$/, "");
+  return `${what} refused — ${msg}; nothing was done. The dialog now shows the item as it is: confirm again if you still want to.`;
 }
 
 // --- retry and answer ----------------------------------------------------------------------------
@@ -265,7 +275,8 @@ function retryBody() {
   const long = answers.find((a) => a.answer.length > MAX_ANSWER);
   if (long) return { error: `The answer for ${stageName(long.action_id)} is longer than 8 000 characters.`, focus: long.action_id };
   const given = answers.filter((a) => a.answer).map(({ action_id, answer }) => ({ action_id, answer }));
-  return { body: given.length ? { answers: given } : {}, keys: answers.filter((a) => a.answer).map((a) => questionKey(a.w)) };
+  const body = { ...(given.length ? { answers: given } : {}), expected_state_token: p.state_token };
+  return { body, keys: answers.filter((a) => a.answer).map((a) => questionKey(a.w)) };
 }
 
 async function submitRetry(e) {
@@ -287,7 +298,7 @@ async function submitRetry(e) {
     $("retry-dialog").close();
     refreshAll();
   } catch (err) {
-    showError($("retry-error"), describeError(err, body.answers ? "Answer" : "Retry"));
+    showError($("retry-error"), refusalText(err, body.answers ? "Answer" : "Retry"));
     $("retry-confirm").disabled = false;
     refreshAll(); // the fresh detail updates the dialog: it says what changed, if anything did
   } finally {
@@ -396,26 +407,99 @@ async function submitEdit(e) {
 
 // --- cancel --------------------------------------------------------------------------------------
 
-const cancel = { open: false, status: null };
+// row: what a cancel would do now (the bulk preview of this one item: its running runs, its token)
+const cancel = { open: false, status: null, seq: 0, row: null, timer: null, sending: false };
+
+const stopsKey = (row) => (row?.stops || []).map((s) => s.run_id).join(",");
+
+function renderCancelPreview(row) {
+  const stops = (row?.stops || []).map((s) =>
+    `${stageName(s.action_id, s.stage_id)} (worker ${shortId(s.owner_boot_id)}, epoch ${s.lease_epoch})`);
+  $("cancel-preview").replaceChildren(h("p", { id: "cancel-running-line" }, stops.length
+    ? [h("strong", {}, "Running work that will be stopped: "), `${stops.join(", ")}.`]
+    : h("span", { class: "muted" }, "No running work will be stopped.")));
+}
+
+async function refreshCancel(reason) {
+  const seq = ++cancel.seq;
+  let row = null;
+  try {
+    const p = await api("/work-items/bulk-preview", { method: "POST", body: { operation: "cancel", ids: [itemId] } });
+    row = p.rows[0];
+  } catch (err) {
+    if (seq === cancel.seq && cancel.open) showError($("cancel-error"), describeError(err, "Cancel preview"));
+    return;
+  }
+  if (seq !== cancel.seq || !cancel.open) return;
+  const before = cancel.row;
+  cancel.row = row;
+  if (!row.allowed) {
+    $("cancel-confirm").disabled = true;
+    $("cancel-preview").replaceChildren();
+    // a terminal item: cancelOnDetail says so; anything else (a live reservation) is said here
+    if (row.code !== "invalid_state" || reason === "open") {
+      setNotice($("cancel-notice"), `Not possible now: ${(row.message || row.code).replace(/\.$/, "")}.`);
+    }
+    return;
+  }
+  renderCancelPreview(row);
+  $("cancel-confirm").disabled = cancel.sending;
+  if (reason === "open" || !before) return;
+  const changes = [];
+  if (before.status !== row.status) changes.push(`the item is now ${statusWord(row.status)}`);
+  if (stopsKey(before) !== stopsKey(row)) {
+    changes.push(row.stops.length ? "the running work to stop changed (below)" : "no running work will be stopped now");
+  }
+  if (!before.allowed) changes.push("it can be cancelled again");
+  if (changes.length) setNotice($("cancel-notice"), `Updated: ${changes.join("; ")}.`);
+}
+
+function scheduleCancelRefresh() {
+  if (!cancel.open || cancel.sending) return;
+  clearTimeout(cancel.timer);
+  cancel.timer = setTimeout(() => refreshCancel("update"), 150);
+}
 
 function openCancel() {
-  cancel.open = true;
-  cancel.status = state.detail?.status || null;
+  Object.assign(cancel, { open: true, status: state.detail?.status || null, row: null });
   showError($("cancel-error"), "");
   setNotice($("cancel-notice"), "");
-  $("cancel-confirm").disabled = false;
+  $("cancel-confirm").disabled = true;
+  $("cancel-preview").replaceChildren(h("p", { class: "muted" }, "Checking what a cancel would stop…"));
   $("cancel-dialog").showModal();
+  refreshCancel("open");
 }
 
 function cancelOnDetail(d) {
   if (!cancel.open || d.status === cancel.status) return;
+  cancel.status = d.status;
   if (TERMINAL.has(d.status)) {
     setNotice($("cancel-notice"), d.status === "done"
       ? "Updated: the item is done meanwhile — it can no longer be cancelled."
       : "Updated: the item was cancelled meanwhile — nothing to cancel.");
     $("cancel-confirm").disabled = true;
-  } else {
-    setNotice($("cancel-notice"), `Updated: the item is now ${statusWord(d.status)}.`);
+  }
+}
+
+async function submitCancel(e) {
+  e.preventDefault();
+  const row = cancel.row;
+  if (!row || !row.allowed || TERMINAL.has(cancel.status)) return;
+  showError($("cancel-error"), "");
+  $("cancel-confirm").disabled = true;
+  cancel.sending = true;
+  clearTimeout(cancel.timer);
+  try {
+    await api(`${base}/cancel`, { method: "POST", body: { expected_state_token: row.state_token } });
+    $("cancel-dialog").close();
+    refreshAll();
+  } catch (err) {
+    showError($("cancel-error"), refusalText(err, "Cancel"));
+    cancel.sending = false;
+    refreshCancel("update"); // what a cancel would do now, with the token of now
+    refreshAll();
+  } finally {
+    cancel.sending = false;
   }
 }
 
@@ -446,16 +530,9 @@ function wireDialogs() {
 
   const cancelDlg = $("cancel-dialog");
   wireDialogClose(cancelDlg);
-  cancelDlg.addEventListener("close", () => { cancel.open = false; });
+  cancelDlg.addEventListener("close", () => { cancel.open = false; clearTimeout(cancel.timer); });
   $("btn-cancel").addEventListener("click", openCancel);
-  $("cancel-form").addEventListener("submit", async (e) => {
-    e.preventDefault();
-    try {
-      await api(`${base}/cancel`, { method: "POST" });
-      cancelDlg.close();
-      refreshAll();
-    } catch (err) { showError($("cancel-error"), describeError(err, "Cancel")); }
-  });
+  $("cancel-form").addEventListener("submit", submitCancel);
 
   const editDlg = $("edit-dialog");
   wireDialogClose(editDlg);
@@ -478,6 +555,7 @@ on("detail", (d) => {
   scheduleRetryRefresh();
   editOnDetail(d);
   cancelOnDetail(d);
+  scheduleCancelRefresh();
 });
 // every event is followed by a fresh detail (item.js): the dialogs recompute on the detail, with
 // the events seen meanwhile to say who changed what

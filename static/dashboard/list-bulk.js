@@ -1,7 +1,8 @@
 // Bulk retry / cancel from the list: a checkbox per loaded row, a bar that names the selection, and
 // a dialog that previews every row once (POST /work-items/bulk-preview), then sends the change with
-// the revisions the lead saw (POST /work-items/bulk). A row that changed since the preview is
-// refused alone; the dialog says so per row, in words.
+// the revisions and the state tokens the lead saw (POST /work-items/bulk). A row that changed since
+// the preview (its contract, or its state: a claim, a failure, a retry elsewhere) is refused alone;
+// the dialog says so per row, in words.
 import { api, badge, describeError, h, shortId, showError, wireDialogClose } from "./common.js";
 
 const VERB = {
@@ -35,8 +36,9 @@ function effectText(op, row) {
 
 function refusalText(op, res) {
   const msg = (res.message || res.code || "refused").replace(/\.$/, "");
-  if (res.code !== "revision_conflict") return `Refused: ${msg}.`;
-  // the server says what changed ("changed since the preview (revision 1 → 2); …"); say it once
+  if (res.code !== "revision_conflict" && res.code !== "state_changed") return `Refused: ${msg}.`;
+  // the server says what changed ("changed since the preview (revision 1 → 2); …", "stage build
+  // was claimed since the preview; …"); say it once
   const said = /since the preview/i.test(msg) ? msg : `changed since the preview — ${msg}`;
   return `Refused: ${said}. Select it again to see what a ${op} would do now.`;
 }
@@ -176,6 +178,7 @@ export class BulkSelection {
     const body = {
       operation: p.operation, ids: allowed.map((r) => r.id), reason,
       expected_revisions: Object.fromEntries(allowed.map((r) => [r.id, r.revision])),
+      expected_state_tokens: Object.fromEntries(allowed.map((r) => [r.id, r.state_token])),
     };
     if (needAnswer) body.answer = answer;
     const submit = document.getElementById("bulk-submit");

@@ -129,3 +129,37 @@ def test_bulk_dialog_asks_for_a_reason_before_it_sends_anything(page, daphne_ser
     page.keyboard.press("Escape")
     page.wait_for_selector("#bulk-dialog", state="hidden")
     assert store.item(item.pk).status == "needs_attention"
+
+
+def test_bulk_cancel_refuses_alone_the_row_a_worker_claimed_after_the_preview(page, daphne_server, store):
+    # given two items nobody runs yet: the preview says the cancel stops no running work
+    a = store.graph([{"id": "survey", "type": "research"}], title="Claimed after the preview")
+    b = store.graph([{"id": "survey", "type": "research"}], title="Draft, untouched", status="draft")
+    page.goto(f"{daphne_server.url}/")
+    page.wait_for_selector(f'#items tr[data-id="{b.pk}"]')
+    wait_live(page)
+    sent: list = []
+    page.on("request", lambda r: sent.append(r.post_data_json) if r.url.endswith("/work-items/bulk") else None)
+    for item in (a, b):
+        row_box(page, item.pk).check()
+    page.click("#bulk-cancel")
+    wait_for_js(page, "document.querySelectorAll('#bulk-rows .bulk-row').length === 2")
+    effect = page.locator(f'#bulk-rows .bulk-row[data-id="{a.pk}"] .bulk-row-effect')
+    assert effect.inner_text() == "cancels the item; stops no running work"
+    # a worker claims A's stage while the dialog is open (its contract revision does not move)
+    claim = store.claim_item(a.pk, stage="survey")
+    assert store.item(a.pk).revision == 1
+    page.fill("#bulk-reason", "Duplicates")
+    page.click("#bulk-submit")
+    wait_for_js(page, "document.querySelectorAll('#bulk-rows .bulk-row[data-result]').length === 2")
+    # then A alone is refused, saying what happened; B is cancelled; the run the lead never saw still runs
+    assert page.locator(f'#bulk-rows .bulk-row[data-id="{a.pk}"]').get_attribute("data-result") == "refused"
+    assert effect.inner_text() == ("Refused: stage survey was claimed since the preview; nothing was done to it. "
+                                   "Select it again to see what a cancel would do now.")
+    assert page.locator(f'#bulk-rows .bulk-row[data-id="{b.pk}"]').get_attribute("data-result") == "ok"
+    assert page.locator("#bulk-intro").inner_text() == "Cancelled 1 item; 1 refused (see below)."
+    assert store.item(a.pk).status == "running" and store.item(b.pk).status == "cancelled"
+    assert store.runs(a.pk)[0].pk == claim.run.pk and store.runs(a.pk)[0].status == "running"
+    # the request carried the state tokens the preview showed, beside the revisions
+    assert set(sent[0]["expected_state_tokens"]) == {a.pk, b.pk}
+    assert sent[0]["expected_revisions"] == {a.pk: 1, b.pk: 1}

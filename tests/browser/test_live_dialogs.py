@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from workcenter import services
-from workcenter.models import Action, WorkItem
+from workcenter.models import Action, Run, WorkItem
 
 from .conftest import ThreadedStore, screenshot, wait_for_js, wait_live
 from .test_needs_me import WAITED_S, open_item, shots
@@ -65,6 +65,48 @@ def test_an_open_retry_dialog_says_when_the_item_was_retried_elsewhere(page, dap
     store.submit(store.claim_item(item.pk, stage="compile"), {"outcome": "failed", "error": "flaky network again"})
     wait_for_js(page, "() => !document.getElementById('retry-confirm').disabled", timeout=5000)
     assert "the item needs a retry again" in notice(page, "retry").inner_text()
+
+
+def test_the_retry_dialog_sends_the_state_it_showed_and_a_change_it_missed_is_refused(
+        page, daphne_server, store, bg, problems):
+    item = store.graph([{"id": "compile", "type": "implement", "max_attempts": 1}, {"id": "docs", "type": "write"}],
+                       title="Edited unseen")
+    compile_ = store.claim_item(item.pk, stage="compile")
+    docs = store.claim(lease_ms=3_600_000)  # the store's clock is behind: a lease that outlives the test
+    assert docs.action.stage_id == "docs"
+    store.submit(compile_, {"outcome": "failed", "error": "flaky network"})
+    assert WorkItem.objects.get(pk=item.pk).status == "needs_attention"
+    open_item(page, daphne_server, item.pk)
+    sent: list = []
+    page.on("request", lambda r: sent.append(r.post_data_json) if r.url.endswith("/retry") else None)
+    page.click("#btn-retry")
+    page.wait_for_selector("#retry-reset-line")
+    # the dialog's next look is held up while an admin edits the failed stage: it still shows the old state
+    held: list = []
+    hold = {"on": True}
+    page.route("**/api/v1/work-items/*/retry-preview*",
+               lambda route, request: held.append(route) if hold["on"] else route.continue_())
+    bg(services.action_edit, action_id=compile_.action.pk, reason="a clearer instruction", actor="admin:ops",
+       instruction="compile with the fixed network settings")
+    wait_held(page, held, 1)
+    problems.expected = ("console: Failed to load resource: the server responded with a status of 409 (Conflict)",)
+    page.click("#retry-confirm")
+    error = page.locator("#retry-error")
+    error.wait_for(state="visible")
+    assert error.inner_text() == ("Retry refused — stage compile was edited by admin:ops since the preview; "
+                                  "nothing was done. "
+                                  "The dialog now shows the item as it is: confirm again if you still want to.")
+    assert WorkItem.objects.get(pk=item.pk).status == "needs_attention"
+    assert set(sent[0]) == {"expected_state_token"}
+    # the held looks let through: the dialog shows the retry of now, and sends the token of now
+    hold["on"] = False
+    for route in held:
+        route.continue_()
+    wait_for_js(page, "() => !document.getElementById('retry-confirm').disabled")
+    page.click("#retry-confirm")
+    page.wait_for_selector("#retry-dialog", state="hidden")
+    assert WorkItem.objects.get(pk=item.pk).status == "ready"
+    assert sent[1]["expected_state_token"] > sent[0]["expected_state_token"]
 
 
 def test_a_stage_that_starts_waiting_appears_in_the_open_answer_dialog_and_typed_answers_stay(
@@ -143,9 +185,66 @@ def test_the_cancel_dialog_says_when_the_item_was_cancelled_meanwhile(page, daph
     open_item(page, daphne_server, item.pk)
     page.click("#btn-cancel")
     page.wait_for_selector("#cancel-dialog[open]")
+    page.wait_for_selector("#cancel-running-line")  # what a cancel would stop (nothing here)
+    assert page.locator("#cancel-running-line").inner_text() == "No running work will be stopped."
     assert page.locator("#cancel-confirm").is_enabled()
     bg(services.work_item_cancel, item_id=item.pk, actor="user:someone-else")
     wait_for_js(page, "() => !document.getElementById('cancel-notice').hidden", timeout=5000)
     assert notice(page, "cancel").inner_text() == "Updated: the item was cancelled meanwhile — nothing to cancel."
     assert page.locator("#cancel-confirm").is_disabled()
     screenshot(page, "stale-cancel-1280-light.png")
+
+
+def test_the_cancel_dialog_shows_what_it_stops_and_sends_the_state_it_showed(page, daphne_server, store, problems):
+    item = store.graph([{"id": "build", "type": "implement"}, {"id": "docs", "type": "write"}],
+                       title="Cancel while it runs")
+    build = store.claim_item(item.pk, stage="build", boot="boot-7c1d0a22")
+    open_item(page, daphne_server, item.pk)
+    sent: list = []
+    page.on("request", lambda r: sent.append(r.post_data_json) if r.url.endswith("/cancel") else None)
+    page.click("#btn-cancel")
+    line = page.locator("#cancel-running-line")
+    line.wait_for()
+    assert line.inner_text() == "Running work that will be stopped: build (worker boot-7c1…, epoch 1)."
+    # a worker claims the other stage while the dialog is open: the dialog follows and says so
+    docs = store.claim_item(item.pk, stage="docs", boot="boot-9e44b010")
+    wait_for_js(page, "() => /docs/.test(document.getElementById('cancel-running-line').textContent)", timeout=5000)
+    assert line.inner_text() == ("Running work that will be stopped: build (worker boot-7c1…, epoch 1), "
+                                 "docs (worker boot-9e4…, epoch 1).")
+    assert notice(page, "cancel").inner_text() == "Updated: the running work to stop changed (below)."
+    # the dialog's next look is held up while build fails: it still shows the old state
+    held: list = []
+    hold = {"on": True}
+    page.route("**/api/v1/work-items/bulk-preview",
+               lambda route, request: held.append(route) if hold["on"] else route.continue_())
+    store.submit(build, {"outcome": "failed", "error": "compiler crashed"})
+    wait_held(page, held, 1)
+    # when the lead confirms what the dialog shows, the server refuses: the item moved since
+    problems.expected = ("console: Failed to load resource: the server responded with a status of 409 (Conflict)",)
+    page.click("#cancel-confirm")
+    error = page.locator("#cancel-error")
+    error.wait_for(state="visible")
+    assert error.inner_text() == ("Cancel refused — a run of stage build failed since the preview; nothing was done. "
+                                  "The dialog now shows the item as it is: confirm again if you still want to.")
+    assert WorkItem.objects.get(pk=item.pk).status != "cancelled"
+    assert sent[0] == {"expected_state_token": sent[0]["expected_state_token"]}
+    # the dialog looks again (the held reads let through): what it stops now, and the token of now
+    hold["on"] = False
+    for route in held:
+        route.continue_()
+    wait_for_js(page, "() => !document.getElementById('cancel-confirm').disabled")
+    assert line.inner_text() == "Running work that will be stopped: docs (worker boot-9e4…, epoch 1)."
+    page.click("#cancel-confirm")
+    page.wait_for_selector("#cancel-dialog", state="hidden")
+    assert WorkItem.objects.get(pk=item.pk).status == "cancelled"
+    assert sent[1]["expected_state_token"] > sent[0]["expected_state_token"]
+    assert Run.objects.get(pk=docs.run.pk).status == "cancelled"
+
+
+def wait_held(page, held: list, n: int) -> None:
+    """Until the page has sent `n` of the requests a route holds."""
+    for _ in range(200):
+        if len(held) >= n:
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError(f"{len(held)} requests held, expected at least {n}")
