@@ -157,11 +157,10 @@ class Parked:
         return None
 
     def release(self, token: bytes) -> None:
-        self.waiting_total -= 1
-        if self.waiting[token] <= 1:
+        self.waiting[token] -= 1
+        if self.waiting[token] <= 0:  # (below 0 only for a claim counted on a loop since replaced)
             del self.waiting[token]
-        else:
-            self.waiting[token] -= 1
+        self.waiting_total = max(0, self.waiting_total - 1)
 
     def park(self) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
