@@ -15,8 +15,9 @@ How:
 * **Answered at the ASGI level** (`HealthCheck`, in front of the application in
   workcenter/asgi.py): an anonymous `/healthz` costs no request thread and waits on nothing — on
   the event loop it reads the last check and answers (only a process's very first call waits,
-  on the loop, up to 1 s for the first probe; through Django, on its request thread). A check older than `STALE_INTERVALS` intervals
-  (the probe is stuck: a database that does not answer, say) reports unavailable.
+  on the loop, up to 1 s for the first probe; through Django, on its request thread). A check
+  older than `stale_after()` (3 intervals and 2 s: the probe is stuck, on a database that does
+  not answer, say) reports unavailable.
 * **Paced.** Answered at once, it is the cheapest request the server has, yet a client looping
   on it as fast as it can still takes the event loop's time, and with it the interpreter lock
   the request threads need: 16 such loops (about 850 answers a second) held the API's p50 at
@@ -56,7 +57,7 @@ logger = logging.getLogger("workcenter.health")
 HEALTH_PATH = "/healthz"
 DEFAULT_INTERVAL = 2.0  # seconds between probes (WORKCENTER_HEALTH_INTERVAL_S)
 REDIS_TIMEOUT = 0.5  # seconds a probe waits for Redis to accept, and then to answer
-STALE_INTERVALS = 3  # a check older than this many intervals (plus a second) is not believed
+STALE_INTERVALS = 3  # a check older than this many intervals (plus the probe's own time) is not believed
 FIRST_CHECK_WAIT = 1.0  # seconds a process's first /healthz waits for its first probe
 PACE_PER_SECOND = 50  # /healthz answers per second per process before callers wait their turn
 PACE_MAX_WAIT = 0.5  # seconds a caller waits at most for its turn

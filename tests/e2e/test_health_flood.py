@@ -9,7 +9,8 @@ absorbs a shared 2-core machine's noise on a few-millisecond figure; the old cod
 seconds (every request thread held up to 2 s by a `/healthz` waiting on Redis). The flood runs in
 a process of its own, so its threads do not compete with the measuring thread for this process's
 interpreter lock. The loops get their answers paced (at most 50 a second per process at once,
-workcenter/health.py), so they make a few hundred calls, each answered within 1 s.
+workcenter/health.py), so they make a few hundred calls; each is answered within 1.5 s (a turn
+comes within 0.5 s; the rest is a busy machine's delays).
 """
 from __future__ import annotations
 
@@ -149,7 +150,7 @@ def test_a_healthz_flood_while_redis_hangs_leaves_the_api_fast_and_redis_connect
         assert result["n_errors"] == 0, result["errors"]
         assert set(result["statuses"]) <= {"200", "503"}, result
         assert result["statuses"].get("503", 0) > 0, result  # the hang was noticed
-        assert result["slowest"] < 1.0, result
+        assert result["slowest"] < 1.5, result
         # and the authenticated details say what failed
         assert status == 503 and hung["channel_layer"].startswith("unavailable"), hung
         assert hung["channel_layer_ok_seconds_ago"] > 1, hung
