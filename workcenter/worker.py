@@ -481,7 +481,7 @@ class Worker:
         if self.journal is not None and not journalled:
             try:
                 self.journal.write(run, result)
-            except OSError:
+            except Exception:  # a full disk, a result JSON cannot hold: the submission goes on regardless
                 logger.exception("journal entry of run %s could not be written: its result is in memory only", run["id"])
         outcome, answer = self._submit_until_answered(active, result, claim_next=not journalled, attempted=attempted)
         if self.journal is not None:
