@@ -59,7 +59,7 @@ function setNotice(el, text) {
 function refusalText(err, what) {
   if (err.code !== "state_changed") return describeError(err, what);
   const msg = (err.message || "the item changed").replace(/\.$/, "");
-  return `${what} refused — ${msg}; nothing was done. The dialog now shows the item as it is: confirm again if you still want to.`;
+  return `${what} refused: ${msg}; nothing was done. The dialog now shows the item as it is: confirm again if you still want to.`;
 }
 
 // --- retry and answer ----------------------------------------------------------------------------

@@ -93,7 +93,7 @@ def test_the_retry_dialog_sends_the_state_it_showed_and_a_change_it_missed_is_re
     page.click("#retry-confirm")
     error = page.locator("#retry-error")
     error.wait_for(state="visible")
-    assert error.inner_text() == ("Retry refused — stage compile was edited by admin:ops since the preview; "
+    assert error.inner_text() == ("Retry refused: stage compile was edited by admin:ops since the preview; "
                                   "nothing was done. "
                                   "The dialog now shows the item as it is: confirm again if you still want to.")
     assert WorkItem.objects.get(pk=item.pk).status == "needs_attention"
@@ -224,7 +224,7 @@ def test_the_cancel_dialog_shows_what_it_stops_and_sends_the_state_it_showed(pag
     page.click("#cancel-confirm")
     error = page.locator("#cancel-error")
     error.wait_for(state="visible")
-    assert error.inner_text() == ("Cancel refused — a run of stage build failed since the preview; nothing was done. "
+    assert error.inner_text() == ("Cancel refused: a run of stage build failed since the preview; nothing was done. "
                                   "The dialog now shows the item as it is: confirm again if you still want to.")
     assert WorkItem.objects.get(pk=item.pk).status != "cancelled"
     assert sent[0] == {"expected_state_token": sent[0]["expected_state_token"]}
