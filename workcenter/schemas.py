@@ -39,8 +39,8 @@ def _zero_stats() -> dict:
 
 class ErrorOut(Schema):
     code: str = Field(..., description="bad_request, not_authenticated, permission_denied, not_found, "
-                                       "stale_run, invalid_state, revision_conflict, reservation_active, "
-                                       "invalid_input")
+                                       "stale_run, invalid_state, revision_conflict, state_changed, "
+                                       "reservation_active, invalid_input")
     message: str
     extra: dict[str, Any] = Field(default_factory=dict)
 
