@@ -59,24 +59,27 @@ def state_tokens(item_ids: list[str]) -> dict[str, int]:
     return {i: found.get(i) or 0 for i in item_ids}
 
 
+MAX_DESCRIBED = 200  # the events after the token a refusal reads to say what happened (the oldest)
+
+
 def check_state_token(item: WorkItem, expected: int | None) -> None:
     """The state fence of a caller that previewed the item at token `expected` (None: no fence).
     Call it with the item's row locked, in the transaction that then writes."""
     if expected is None:
         return
     events = list(Event.objects.filter(work_item_id=item.pk, id__gt=expected).order_by("id")
-                  .only("id", "type", "actor", "action_id"))
+                  .only("id", "type", "actor", "action_id")[:MAX_DESCRIBED])
     if not events:
         return
-    current = events[-1].id
+    current = events[-1].id if len(events) < MAX_DESCRIBED else state_token(item.pk)
     raise StateChanged(f"{describe(events)} since the preview",
                        extra={"state_token": current, "expected_state_token": expected,
-                              "events": [e.type for e in events][-20:]})
+                              "events": [e.type for e in events[:20]]})
 
 
 def describe(events: list[Event]) -> str:
     """What the events say happened, in words, in their order, each phrase once: "stage build
-    was claimed, a run of build failed and retried by user:bob"."""
+    was claimed, a run of stage build failed and retried by user:bob"."""
     action_ids = {e.action_id for e in events if e.action_id}
     stages = ({pk: stage or kind for pk, stage, kind in
                Action.objects.filter(pk__in=action_ids).values_list("pk", "stage_id", "type")}

@@ -180,3 +180,16 @@ def test_bad_token_maps_are_refused_as_a_whole(store, tokens):
     assert exc.value.extra["errors"][0]["field"] == "expected_state_tokens"
     assert [item_snapshot(a.pk), item_snapshot(b.pk)] == before
     assert set(WorkItem.objects.values_list("status", flat=True)) == {"draft"}
+
+
+def test_a_long_history_since_the_token_is_said_once_per_kind_and_the_current_token_is_given(store):
+    item = make_graph(store, [{"id": "a", "max_attempts": 1000}])
+    seen = state_token(item.pk)
+    for _ in range(110):  # 220 events: more than a refusal reads
+        c = store.claim_item(item.pk, stage="a")
+        services.run_interrupt(**_fence(c), now=store.now())
+    with pytest.raises(StateChanged) as exc:
+        services.work_item_cancel(item_id=item.pk, expected_state_token=seen, now=store.now())
+    assert exc.value.message == "stage a was claimed and a run of stage a was interrupted since the preview"
+    assert exc.value.extra["state_token"] == state_token(item.pk)
+    assert store.item(item.pk).status == "ready"
