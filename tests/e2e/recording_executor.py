@@ -1,6 +1,7 @@
-"""An executor for the end-to-end tests of submission retries: it works for a while, then writes
-one line per finished execution ("<action id> <run id>") to $WORKCENTER_TEST_EXECUTIONS and
-completes the action (a review approves). The lines tell how often each action was worked on."""
+"""An executor for the end-to-end tests of submission retries: it writes the run's id to
+$WORKCENTER_TEST_EXECUTIONS.started as it begins, works for a while, then writes one line per
+finished execution ("<action id> <run id>") to $WORKCENTER_TEST_EXECUTIONS and completes the
+action (a review approves). The lines tell how often each action was worked on."""
 from __future__ import annotations
 
 import os
@@ -16,6 +17,8 @@ class RecordingExecutor:
         self.seconds = float(os.environ.get("WORKCENTER_TEST_EXECUTION_SECONDS", "0.4"))
 
     def execute(self, task: dict, report, stop: threading.Event) -> dict:
+        with open(self.log + ".started", "a", encoding="utf-8") as f:
+            f.write(f"{task['run']['id']}\n")
         if stop.wait(self.seconds):
             raise RunAborted()
         action, item = task["action"], task["work_item"]

@@ -55,9 +55,9 @@ class Workers:
         self.executions.touch()
         self.procs: list[tuple[subprocess.Popen, object]] = []
 
-    def start(self, i: int, concurrency: int, *, log_name: str | None = None) -> None:
+    def start(self, i: int, concurrency: int, *, log_name: str | None = None, seconds: float = 0.4) -> None:
         env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1",
-               "WORKCENTER_TEST_EXECUTIONS": str(self.executions), "WORKCENTER_TEST_EXECUTION_SECONDS": "0.4"}
+               "WORKCENTER_TEST_EXECUTIONS": str(self.executions), "WORKCENTER_TEST_EXECUTION_SECONDS": str(seconds)}
         log = open(self.tmp / (log_name or f"worker-{i}.log"), "w")
         proc = subprocess.Popen([sys.executable, "manage.py", "workcenter_worker", "--server", self.base,
                                  "--token", self.token, "--concurrency", str(concurrency), "--lease-ms", str(LEASE_MS),
@@ -78,6 +78,11 @@ class Workers:
 
     def logs(self) -> str:
         return "".join(p.read_text() for p in sorted(self.tmp.glob("worker-*.log")))
+
+    def started(self) -> set[str]:
+        """The runs an executor began to work on."""
+        path = self.tmp / "executions.log.started"
+        return set(path.read_text().split()) if path.exists() else set()
 
     def executed(self) -> Counter:
         return Counter(line.split()[0] for line in self.executions.read_text().splitlines() if line.strip())
@@ -244,10 +249,12 @@ def test_a_result_journalled_by_a_killed_worker_is_submitted_by_the_next_one(tmp
     workers = Workers(tmp_path, base, token)
     journal = tmp_path / "journal-0"
     try:
-        # given a worker whose finished run cannot reach the killed web process
-        workers.start(0, 1)
+        # given a worker whose finished run cannot reach the killed web process (killed while the
+        # worker works on a run it holds: not while a claim's answer is on its way)
+        workers.start(0, 1, seconds=1.0)
         first = workers.procs[0][0]
-        assert wait_until(lambda: Run.objects.filter(status="running").exists(), 30)
+        assert wait_until(lambda: set(Run.objects.filter(status="running").values_list("pk", flat=True))
+                          & workers.started(), 30)
         server.send_signal(signal.SIGKILL)
         server.wait(10)
         assert wait_until(lambda: "sending it again" in workers.logs(), 20), workers.logs()
