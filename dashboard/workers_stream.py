@@ -7,10 +7,13 @@ replaces those rows and drops those ids; it never reads anything over HTTP per u
 
 Lease renewals append no event, and a worker may renew straight into the database from another
 process, so the figures are read, not published: one `WorkersFeed` per process, a daemon thread
-("workcenter-workers") that refreshes one `Tracker` every `TICK` while at least one client is
-connected and sends the diff, encoded once, to every client of the process. A refresh with nothing
-changed is one indexed read that finds no row, whatever the number of open pages; the thread ends
-with the last client, and the next first client starts a new tracker (one load).
+("workcenter-workers") that refreshes one `Tracker` while at least one client is connected and
+sends the diff, encoded once, to every client of the process, however many. When to refresh
+(`Waiter`): on SQLite every `TICK` (a refresh with nothing committed since is two `stat` calls, see
+workcenter/workers.py); on PostgreSQL when a renewal commits (LISTEN; migration 0007's trigger
+notifies) and every `PG_TICK` (claims, ends, the window's minute), a refresh with nothing changed
+being one indexed read that finds no row. The thread ends with the last client, and the next
+first client starts a new tracker (one load).
 
 Order: a client is registered before it reads its hello, so no change made after that read is
 missed; a diff at or below the hello's version (already in it) is dropped, one above it that comes
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
 import threading
 import time
 
@@ -38,7 +42,9 @@ from .consumers import CLOSE_NOT_AUTHENTICATED, CLOSE_PERMISSION_DENIED
 
 logger = logging.getLogger("workcenter.workers")
 
-TICK = 0.5  # seconds between two refreshes: a renewal reaches the page within about this
+TICK = 0.5  # seconds between two refreshes (SQLite): a renewal reaches the page within about this
+PG_TICK = 2.0  # seconds between two refreshes on PostgreSQL, where a renewal wakes the refresh
+LISTEN = "LISTEN workcenter_run_renewed"  # the channel migration 0007's trigger notifies
 
 
 def diff_message(diff: dict) -> str:
@@ -59,9 +65,9 @@ class WorkersFeed:
         self.clients: dict[str, tuple] = {}  # channel name -> (consumer, its event loop)
         self.tracker: Tracker | None = None
         self.thread: threading.Thread | None = None
-        self.wake = threading.Event()
         self.ticks = 0  # refreshes run (observability and tests)
         self.pushes = 0  # diffs sent
+        self.notified = 0  # PostgreSQL: refreshes a renewal's notification woke
 
     def join(self, consumer, loop) -> tuple[str, int]:
         """Register a client and answer its hello (text, version). Blocking: call it off the loop."""
@@ -79,7 +85,6 @@ class WorkersFeed:
             raise
         with self.lock:
             if self.thread is None and self.clients:
-                self.wake.clear()
                 self.thread = threading.Thread(target=self._run, args=(tracker,), name="workcenter-workers",
                                                daemon=True)
                 self.thread.start()
@@ -87,12 +92,12 @@ class WorkersFeed:
 
     def leave(self, channel_name: str) -> None:
         with self.lock:
-            self.clients.pop(channel_name, None)
-            if not self.clients:
-                self.wake.set()  # the thread ends now rather than after one more tick
+            self.clients.pop(channel_name, None)  # the last one gone: the thread ends at its next tick
 
     def _run(self, tracker: Tracker) -> None:
+        waiter = None
         try:
+            waiter = Waiter(self)
             while True:
                 with self.lock:
                     if not self.clients:
@@ -108,8 +113,10 @@ class WorkersFeed:
                 self.ticks += 1
                 if diff is not None:
                     self._send(diff_message(diff), diff["version"])
-                self.wake.wait(max(0.0, TICK - (time.monotonic() - started)))
+                waiter.wait(started)
         finally:
+            if waiter is not None:
+                waiter.close()
             connection.close()  # the thread's own connection ends with it
             with self.lock:
                 if self.thread is threading.current_thread():
@@ -123,6 +130,51 @@ class WorkersFeed:
             try:
                 asyncio.run_coroutine_threadsafe(consumer.push(text, version), loop)
             except RuntimeError:  # its loop is closed: the client is gone
+                pass
+
+
+class Waiter:
+    """Between two refreshes. SQLite: `TICK`. PostgreSQL: until
+    a lease renewal commits (`LISTEN`, a trigger of migration 0007 notifies it) or `PG_TICK`
+    has passed (claims and ends, the window's minute, the refresh's margin); should the listening
+    connection fail, `TICK` from then on."""
+
+    def __init__(self, feed: WorkersFeed) -> None:
+        self.feed = feed
+        self.listener = None
+        if connection.vendor == "postgresql":
+            try:
+                self.listener = connection.get_new_connection(connection.get_connection_params())
+                self.listener.autocommit = True
+                self.listener.execute(LISTEN)
+            except Exception:
+                logger.exception("listening for lease renewals failed: the Workers stream polls")
+                self.close()
+
+    def wait(self, started: float) -> None:
+        if self.listener is None:  # a plain sleep: cheaper than an Event's wait with a timeout
+            time.sleep(max(0.0, TICK - (time.monotonic() - started)))
+            return
+        # the socket itself, not psycopg's notifies(), which wakes every 0.1 s while it waits
+        # (60 ms of CPU a minute here)
+        try:
+            ready, _, _ = select.select([self.listener.fileno()], [], [],
+                                        max(0.0, PG_TICK - (time.monotonic() - started)))
+            if ready:
+                pgconn = self.listener.pgconn
+                pgconn.consume_input()
+                while pgconn.notifies() is not None:  # a burst of renewals: one refresh
+                    self.feed.notified += 1
+        except Exception:
+            logger.exception("listening for lease renewals failed: the Workers stream polls")
+            self.close()
+
+    def close(self) -> None:
+        listener, self.listener = self.listener, None
+        if listener is not None:
+            try:
+                listener.close()
+            except Exception:  # closing a broken connection
                 pass
 
 
