@@ -134,10 +134,9 @@ class WorkersFeed:
 
 
 class Waiter:
-    """Between two refreshes. SQLite: `TICK`. PostgreSQL: until
-    a lease renewal commits (`LISTEN`, a trigger of migration 0007 notifies it) or `PG_TICK`
-    has passed (claims and ends, the window's minute, the refresh's margin); should the listening
-    connection fail, `TICK` from then on."""
+    """Between two refreshes. SQLite: `TICK`. PostgreSQL: until a lease renewal commits (`LISTEN`,
+    a trigger of migration 0007 notifies it) or `PG_TICK` has passed (claims and ends, the window's
+    minute, the refresh's margin); should the listening connection fail, `TICK` from then on."""
 
     def __init__(self, feed: WorkersFeed) -> None:
         self.feed = feed
