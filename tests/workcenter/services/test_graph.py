@@ -124,6 +124,7 @@ def test_retry_preview_linear(store):
     store.submit(c, {"outcome": "waiting", "waiting_reason": "?"})
     preview = services.work_item_retry_preview(item_id=item.pk, now=store.now())
     waiting = preview.pop("waiting_stages")
+    assert preview.pop("state_token") == Event.objects.filter(work_item_id=item.pk).order_by("-id")[0].id
     assert preview == {"target_action_id": c.action.pk, "target_stage_id": "triage", "mode": "linear",
                        "reset_action_ids": [], "superseded_run_ids": [], "new_action": True}
     assert [(w["action_id"], w["waiting_reason"]) for w in waiting] == [(c.action.pk, "?")]
