@@ -56,6 +56,17 @@ CLOSE_NOT_AUTHENTICATED = 4401
 CLOSE_PERMISSION_DENIED = 4403
 CLOSE_NOT_FOUND = 4404
 CLOSE_INTERNAL_ERROR = 1011
+
+
+async def viewer_refusal(scope) -> int | None:
+    """The close code for a stream's caller who may not watch (4401 no credentials, 4403 no
+    `workcenter.view_workitem`), or None for a viewer."""
+    user = scope.get("user")
+    if user is None or not user.is_authenticated:
+        return CLOSE_NOT_AUTHENTICATED
+    if not await database_sync_to_async(user.has_perm)(VIEW):
+        return CLOSE_PERMISSION_DENIED
+    return None
 REPLAY_PAGE = 200  # events per replay read
 # Replay threads per process. One: replays take turns page by page, and a page's CPU work (rows,
 # rendering) never runs in more than one thread beside the event loop; every further busy thread
@@ -145,11 +156,9 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
         self._counted = False  # in workcenter_websocket_clients (after its hello)
 
     async def connect(self) -> None:
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            return await self._refuse(CLOSE_NOT_AUTHENTICATED)
-        if not await database_sync_to_async(user.has_perm)(VIEW):
-            return await self._refuse(CLOSE_PERMISSION_DENIED)
+        refusal = await viewer_refusal(self.scope)
+        if refusal is not None:
+            return await self._refuse(refusal)
         after_id = _after_id(self.scope)
         if after_id is False:
             return await self._refuse(CLOSE_BAD_REQUEST)

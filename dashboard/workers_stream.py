@@ -33,12 +33,11 @@ from django.db import connection
 
 from workcenter import render
 from workcenter.clock import iso_ms
-from workcenter.auth import VIEW
 from workcenter.instruments import WEBSOCKET_CLIENTS
 from workcenter.schemas import WorkerOut, WorkersOut
 from workcenter.workers import Tracker
 
-from .consumers import CLOSE_NOT_AUTHENTICATED, CLOSE_PERMISSION_DENIED
+from .consumers import viewer_refusal
 
 logger = logging.getLogger("workcenter.workers")
 
@@ -191,11 +190,9 @@ class WorkersStreamConsumer(AsyncWebsocketConsumer):
         self.joined = False
 
     async def connect(self) -> None:
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            return await self._refuse(CLOSE_NOT_AUTHENTICATED)
-        if not await database_sync_to_async(user.has_perm)(VIEW):
-            return await self._refuse(CLOSE_PERMISSION_DENIED)
+        refusal = await viewer_refusal(self.scope)
+        if refusal is not None:
+            return await self._refuse(refusal)
         await self.accept()
         self.joined = True
         hello, version = await database_sync_to_async(feed.join, thread_sensitive=False)(

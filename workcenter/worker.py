@@ -276,6 +276,9 @@ class ActiveRun:
     settling: bool = False  # its result is in hand and being submitted: a stop leaves it alone
     lease_lost: bool = False  # a renewal was refused as stale: the lease is gone
     kick: threading.Event = field(default_factory=threading.Event)  # ends a submission's backoff early
+    # when the store last confirmed the lease (the claim's answer, a renewal), monotonic: one lease
+    # after it the lease has ended on the server too, and a submission can no longer be applied
+    confirmed_at: float = field(default_factory=time.monotonic)
 
 
 class Worker:
@@ -402,7 +405,10 @@ class Worker:
         try:
             while not done.wait(interval):
                 try:
+                    asked = time.monotonic()
                     ok = self.store.renew(run, self.lease_ms)
+                    if ok:
+                        active.confirmed_at = asked
                 except Exception as exc:
                     if transient(exc) or active.settling:
                         logger.warning("renew of run %s failed (%s: %s); next in %.0f s", run["id"],
@@ -522,8 +528,8 @@ class Worker:
             except Exception as exc:
                 if not transient(exc):
                     return "refused", exc
-                if last:
-                    return "lost", exc
+                if last or time.monotonic() > active.confirmed_at + self.lease_ms / 1000:
+                    return "lost", exc  # applied before (its answer lost) or never: the store cannot say now
                 if self.state != "running" and self.journal is not None:
                     return "kept", exc
                 if attempts == 1 or attempts % 10 == 0:

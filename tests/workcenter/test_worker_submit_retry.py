@@ -136,6 +136,25 @@ def test_the_lease_is_renewed_while_the_submission_is_retried():
     assert len(store.of("submit")) >= 3
 
 
+class Unreachable(FakeStore):
+    """Out of reach for good: every submission and renewal fails at the connection."""
+
+    def renew(self, run, lease_ms):
+        self._log("renew", run["id"], run["owner_boot_id"], run["lease_epoch"])
+        raise ConnectionRefusedError("down")
+
+
+def test_the_retries_end_once_the_lease_has_run_out_unconfirmed():
+    # nothing can be applied after the lease: a store out of reach for longer does not keep the
+    # submission going for ever (it did: a thread retrying for minutes after its server was gone)
+    store = Unreachable([_task()], failures=10 ** 6)
+    t0 = time.monotonic()
+    w = _run_once(store, lease_ms=1_000)
+    assert 1.0 <= time.monotonic() - t0 < 6
+    assert w.completed == 0
+    assert len(store.of("submit")) >= 2
+
+
 def test_a_renewal_refused_as_stale_ends_the_retries():
     store = FakeStore([_task()], failures=10 ** 6, renew_ok=False)
     t0 = time.monotonic()
@@ -222,7 +241,8 @@ def test_a_429_on_claims_backs_off_for_retry_after_without_error_logs(caplog):
     assert _wait(lambda: time.monotonic() >= w._claims_after, 2)
     w.tick()
     assert len(store.of("claim")) == 2
-    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    here = threading.current_thread().name  # other tests' leftover threads may log meanwhile
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING and r.threadName == here] == []
 
 
 class _Answer(http.server.BaseHTTPRequestHandler):
