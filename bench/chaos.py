@@ -91,6 +91,7 @@ from api import free_port  # noqa: E402  (bench/api.py)
 
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/workcenter_chaos_bench"
 REDIS_DOWN_S = 10.0
+SUBMITTED = ("completed", "waiting", "retryable", "failed")  # run statuses a submission ends in
 LEASE_MS = 4_000
 POLL_MS = 250
 CONCURRENCY = 3
@@ -612,7 +613,9 @@ class Chaos:
         live run's own triple at a moment past its lease expiry (through the services, with an
         injected clock: the window between expiry and recovery, which a real zombie can hit).
         Submit, renew and progress must be refused (409 stale_run / None), interrupt must answer
-        `{"interrupted": false}`, and an ended run's row must not change."""
+        `{"interrupted": false}`, and an ended run's row must not change. The one exception: a
+        submit with the owner's own fence on a run that a submission ended is a resend whose
+        answer was lost, answered as applied (200, the stored run) while writing nothing."""
         kind = rng.choice(["ended"] * 5 + ["wrong"] * 3 + ["expired"] * 2)
         if kind == "expired":
             return self._expired_probe(rng)
@@ -647,6 +650,9 @@ class Chaos:
         payload = payload if isinstance(payload, dict) else {}
         refused = (status == 200 and payload.get("interrupted") is False) if call == "interrupt" else (
             status == 409 and payload.get("code") == "stale_run")
+        if (call == "submit" and ended and run["status"] in SUBMITTED and status == 200
+                and (payload.get("run") or {}).get("status") == run["status"]):
+            refused = True  # the owner's own fence on a run its submission ended: answered as applied, nothing written
         if not refused:
             self._accepted(f"{call} on {kind} run {run['pk']} ({run['status']}) with {fence}: {status} {payload}")
         if ended:
