@@ -11,7 +11,7 @@ is a valid RFC 6455 protocol name). The server answers `workcenter.bearer`, neve
 every route and also when it then closes with 4401/4403/4404 (a browser that offered a
 subprotocol fails a handshake answered without one, and would never see the close code). Unlike
 `?token=`, it stays out of URLs, so out of every access log (daphne's redacts the query string
-anyway: workcenter/serving.py; a proxy's does not, unless configured as README shows).
+anyway: workcenter/serving.py; a proxy's does not, unless configured as docs/deployment.md shows).
 
 Cross-site websocket hijacking: a browser sends the session cookie along with any page's
 websocket, and always sends `Origin`. So the session counts only when `Origin` is absent

@@ -1,4 +1,4 @@
-"""The production environment that README "Running it for a team" documents, for tests that start
+"""The production environment that docs/deployment.md documents, for tests that start
 real processes with debug off, and a way to run `manage.py` in such a process."""
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ kept as its rendered JSON bytes, so two snapshots compare part by part without w
 same state give it the same rev. A client holding the state of rev X can apply a diff whose
 `base_rev` is X and nothing else; on any other base it reads the whole state back
 (`GET …/work-items/<id>/state`), whose rev chains with the next diff when nothing changed in
-between. The wire form (`state` in the per-item stream's messages, API additions in the README):
+between. The wire form (`state` in the per-item stream's messages, API additions in docs/api.md):
 
 * full: `{"rev", "base_rev": null, "item", "graph", "actions", "runs"}` — the page replaces what
   it holds; `graph` is a Graph (API.md §3) whose `last_event_id` is the message's event id;

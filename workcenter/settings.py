@@ -151,7 +151,7 @@ STORAGES = {
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 
-# Behind a TLS-terminating reverse proxy (README "Running it for a team"), DJANGO_SECURE_PROXY=1:
+# Behind a TLS-terminating reverse proxy (docs/deployment.md), DJANGO_SECURE_PROXY=1:
 # the proxy says a request came over HTTPS with `X-Forwarded-Proto: https` (it must set that
 # header itself, overwriting what the client sent), cookies travel over HTTPS only, browsers are
 # told to use HTTPS for a year (HSTS), and a plain-HTTP request is redirected. The proxy must pass

@@ -1,4 +1,4 @@
-"""Production mode (README "Running it for a team"): debug off by default, `check --deploy` clean
+"""Production mode (docs/deployment.md): debug off by default, `check --deploy` clean
 with the documented environment, serving processes that refuse the development key and any host,
 the one-time commands that don't, static files served with debug off (collected or not), the
 Content-Security-Policy header, and `manage.py demo` still one command with debug on."""
