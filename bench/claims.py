@@ -68,6 +68,20 @@ def django_setup() -> None:
     django.setup()
 
 
+def migrate_with_viewer(username: str) -> str:
+    """Migrate the fresh database and create `username`, who may watch (view_workitem), with an
+    API token of the same name; returns the token (after django_setup)."""
+    from django.contrib.auth.models import Permission, User
+    from django.core.management import call_command
+
+    from workcenter.auth import api_token_create
+
+    call_command("migrate", verbosity=0)
+    user = User.objects.create_user(username)
+    user.user_permissions.add(Permission.objects.get(content_type__app_label="workcenter", codename="view_workitem"))
+    return api_token_create(user=user, name=username)[1]
+
+
 # --------------------------------------------------------------------------- database set-up
 
 

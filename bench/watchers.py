@@ -438,17 +438,11 @@ def setup(args) -> tuple[str, list[str], object]:
         os.environ.pop("REDIS_URL", None)
     tmp = svcbench.prepare_database(args.db)
     svcbench.django_setup()
-    from django.contrib.auth.models import Permission, User
-    from django.core.management import call_command
     from django.db import connections
 
     from workcenter import services
-    from workcenter.auth import api_token_create
 
-    call_command("migrate", verbosity=0)
-    user = User.objects.create_user("watch-bench")
-    user.user_permissions.add(Permission.objects.get(content_type__app_label="workcenter", codename="view_workitem"))
-    _, token = api_token_create(user=user, name="watch-bench")
+    token = svcbench.migrate_with_viewer("watch-bench")
     for i in range(FILLER_ITEMS):
         services.work_item_create(title=f"watch bench filler {i}", goal="a row", start=False, actor="bench")
     # long enough that the busy items do not finish: two events per action, 90% of the calls

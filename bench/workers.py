@@ -109,18 +109,12 @@ def setup(args) -> tuple[str, list, object]:
             os.environ["DATABASE_URL"] = DEFAULT_PG_URL
     tmp = svcbench.prepare_database(args.db)
     svcbench.django_setup()
-    from django.contrib.auth.models import Permission, User
-    from django.core.management import call_command
     from django.db import connection, connections
 
     from workcenter import clock, services
-    from workcenter.auth import api_token_create
     from workcenter.models import Run
 
-    call_command("migrate", verbosity=0)
-    user = User.objects.create_user("workers-bench")
-    user.user_permissions.add(Permission.objects.get(content_type__app_label="workcenter", codename="view_workitem"))
-    _, token = api_token_create(user=user, name="workers-bench")
+    token = svcbench.migrate_with_viewer("workers-bench")
     started = time.perf_counter()
     item = services.work_item_create(title="the hour's runs", goal="g", work_item_type="software-change", actor="bench")
     first = services.action_claim(owner_boot_id="bench-setup", lease_ms=LEASE_MS)

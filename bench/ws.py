@@ -104,15 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     svcbench.django_setup()
 
     from django.conf import settings
-    from django.contrib.auth.models import Permission, User
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    user = User.objects.create_user("bench")
-    user.user_permissions.add(Permission.objects.get(content_type__app_label="workcenter", codename="view_workitem"))
-    from workcenter.auth import api_token_create
-
-    _, token = api_token_create(user=user, name="bench")
+    token = svcbench.migrate_with_viewer("bench")
     from django.db import connections
 
     connections.close_all()  # the server's threads open their own
