@@ -667,6 +667,7 @@ class Chaos:
         from workcenter import services
         from workcenter.errors import StaleRun, WorkcenterError
         from workcenter.models import Run
+        from workcenter.services.runs import AppliedSubmission
 
         run = Run.objects.filter(status="running").order_by("?").values(
             "pk", "owner_boot_id", "lease_epoch", "expires_at").first()
@@ -687,6 +688,8 @@ class Chaos:
             return
         except WorkcenterError as exc:
             out = f"{exc.code}: {exc.message}"
+        if isinstance(out, AppliedSubmission) and out[0].summary != STALE_RESULT["summary"]:
+            return  # its owner submitted between the read and this call: a resend, answered as applied
         if out is not None:
             self._accepted(f"{call} of run {run['pk']} after its lease expired was not refused: {out!r}")
 
