@@ -121,7 +121,7 @@ class Builder:
     """
 
     def __init__(self):
-        from workcenter.services import planning, workflows
+        from workcenter.domain import planning, workflows
 
         self.planning, self.workflows = planning, workflows
         self.title, self.goal = "Bench item", "Exercise claim and submit"
@@ -131,7 +131,7 @@ class Builder:
         if name in self.shapes:
             return self.shapes[name]
         from workcenter.models import WorkItem
-        from workcenter import rules
+        from workcenter.domain import rules
         from workcenter.services import graph
 
         wf = self.workflows
@@ -153,7 +153,7 @@ class Builder:
         from django.utils import timezone
 
         from workcenter.models import Action, WorkItem, WorkItemStatus, new_id
-        from workcenter import rules
+        from workcenter.domain import rules
         from workcenter.services import graph
 
         snap, fields = self.shape(name, stages)

@@ -8,7 +8,7 @@ import pytest
 
 from workcenter import services
 from workcenter.models import Action, Event, Run, WorkItem
-from workcenter.services import workflows
+from workcenter.domain import workflows
 
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=timezone.utc)
 

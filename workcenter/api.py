@@ -27,7 +27,7 @@ from .constants import CLAIM_CONTENDED_HEADER, CLAIM_MORE_HEADER
 from .errors import BadRequest, InvalidInput, StaleRun, WorkcenterError
 from .instruments import CLAIM_SECONDS, SUBMIT_SECONDS
 from .services import bulk
-from .services.normalize import UNSTORABLE
+from .domain.normalize import UNSTORABLE
 from .services.runs import AppliedSubmission
 from .schemas import (
     ActionResultOut,

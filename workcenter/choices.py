@@ -1,7 +1,7 @@
 """The store's vocabulary: every status, mode and built-in action type, spelled once (DOMAIN §2-§5).
 
 Below the models (which use them as field choices) and below the pure modules that need them
-without the models (`services.normalize`, which the models' fields call on read).
+without the models (`domain/`, whose normalisers the models' fields call on read).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ a field without the catalogue saying so fails `validate_payload`. A field is opt
 a service legitimately leaves it out (e.g. the linear `work_item.retried {}`); a field the service
 always writes but whose value may be null is required and nullable.
 
-This module sits low in the import graph: stdlib, pydantic and the model enums only.
+This module sits low in the import graph: stdlib, pydantic and the vocabulary (`choices`) only.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from .models import ActionStatus, RunStatus, WorkItemStatus
+from .choices import ActionStatus, RunStatus, WorkItemStatus
 
 
 class EventType(enum.StrEnum):

@@ -5,8 +5,8 @@ checkpoints; the evidence inside action context entries is the same evidence car
 Rows written by an older version, imported from a reference database of any schema or edited by
 hand may hold the raw forms (a bare string, a `{tool, is_error, stdout}` object, an object with
 extra keys, a camelCase checkpoint), so these fields apply the normalisers of
-`services/normalize.py` in `from_db_value`: every way a row becomes an object — the ORM, the
-store's own fixed statements (`services.common.RowSpec` uses the field's converters) and so the
+`domain/normalize.py` in `from_db_value`: every way a row becomes an object — the ORM, the
+store's own fixed statements (`db.RowSpec` uses the field's converters) and so the
 API, the live stream and the admin — sees the normal form. A value already in normal form, as
 everything this store writes is, costs one cheap check and is returned as decoded.
 
@@ -20,7 +20,7 @@ import orjson
 from django.db import models
 from django.db.models.fields.json import KeyTransform
 
-from .services import normalize
+from .domain import normalize
 
 _LITERALS = {"[]": list, "{}": dict}
 
@@ -47,9 +47,9 @@ def _decode(value):
 
 
 class _NormalizedOnReadJSONField(models.JSONField):
-    """A JSONField passing every value it loads through `services.normalize.<reader>`."""
+    """A JSONField passing every value it loads through `domain.normalize.<reader>`."""
 
-    reader = staticmethod(lambda value: value)  # the read normaliser of workcenter.services.normalize
+    reader = staticmethod(lambda value: value)  # the read normaliser of workcenter.domain.normalize
 
     def from_db_value(self, value, expression, connection):
         if isinstance(expression, KeyTransform):  # a key inside the value, not the stored value

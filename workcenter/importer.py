@@ -49,7 +49,7 @@ from .models import (
 )
 from .services.common import canonicalize_dir, store_transaction
 from .services.graph import sync_claimable
-from .services.normalize import context_on_read, normalize_checkpoint, normalize_evidence
+from .domain.normalize import context_on_read, normalize_checkpoint, normalize_evidence
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 REQUIRED_TABLES = ("work_items", "actions", "runs", "events")

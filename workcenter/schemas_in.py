@@ -29,7 +29,7 @@ from typing_extensions import TypeAliasType
 from .constants import COUNTER_FIELDS, MAX_INT32, MAX_INT64
 from .choices import RunStatus, WorkItemStatus
 from .selectors import LIST_SORTS
-from .services.normalize import COUNTER_KEYS, OUTCOMES
+from .domain.normalize import COUNTER_KEYS, OUTCOMES
 
 # Every input rule below is written twice, once for the server and once for the OpenAPI document,
 # from the same constants, so that the document states exactly what the server refuses: unknown

@@ -11,7 +11,8 @@ from datetime import datetime
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Count, Max, OuterRef, Q, Subquery, Sum
 
-from . import clock, db, rules
+from . import clock, db
+from .domain import rules
 from .errors import InvalidInput, NotFound
 from .events import EVENT_ORDER_LOCK, stream_read
 from .models import (
@@ -25,7 +26,8 @@ from .models import (
     WorkItem,
     WorkItemStatus,
 )
-from .services.normalize import evidence_on_read, normalize_checkpoint
+from .domain.normalize import evidence_on_read, normalize_checkpoint
+from .services.common import running_in_workspace
 
 
 def clamp_limit(limit, default: int = 100, maximum: int = 500) -> int:
@@ -352,13 +354,6 @@ def _stage_names(snapshot) -> dict[str, str]:
         if isinstance(stage, dict) and isinstance(stage.get("id"), str):
             names[stage["id"]] = stage.get("name") or stage["id"]
     return names
-
-
-def running_in_workspace(workspace_key: str) -> list[tuple[str, str]]:
-    """The (workspace mode, item id) of every running action in one workspace (DOMAIN §5.4)."""
-    with connection.cursor() as cur:
-        cur.execute(db.sql("running_in_workspace"), [ActionStatus.RUNNING, workspace_key])
-        return [tuple(row) for row in cur.fetchall()]
 
 
 def _workspace_holders(workspace_key: str) -> list[dict]:

@@ -22,7 +22,7 @@ from tests.live import ROOT, database_url, free_port, start_daphne, stop_process
 from workcenter import services
 from workcenter.auth import api_token_create
 from workcenter.models import Action, Event, Run, WorkItem
-from workcenter.services import workflows
+from workcenter.domain import workflows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -834,7 +834,7 @@ def stored_json(model, pk: str, column: str):
 @pytest.mark.django_db
 @pytest.mark.parametrize("version", list(LEGACY_LAYOUTS))
 def test_every_raw_form_imports_and_reads_as_written_through_the_services(tmp_path, store, version):
-    from workcenter.services.normalize import normalize_checkpoint, normalize_evidence
+    from workcenter.domain.normalize import normalize_checkpoint, normalize_evidence
 
     checkpoints = version != "1"  # schema 1 has no checkpoint column
     forms = {f"evidence-{k}": (v, None) for k, v in EVIDENCE_FORMS.items()}

@@ -22,7 +22,7 @@ from django.db import DatabaseError
 from ..choices import OPEN_ACTION_STATUSES
 from ..errors import InvalidInput, RevisionConflict, WorkcenterError
 from ..models import Action, Run, RunStatus, WorkItem, WorkItemStatus
-from .. import rules
+from ..domain import rules
 from .common import resolve_now
 from .state_tokens import state_tokens
 from .work_items import work_item_cancel, work_item_retry, work_item_retry_preview

@@ -9,11 +9,11 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from ..errors import InvalidInput
 from ..event_types import EventType
 from ..events import event_append
-from ..selectors import running_in_workspace
 from ..models import Action, ActionStatus, ExecutionMode, Run, RunStatus, WorkItem, WorkItemStatus, new_id
-from .. import db, rules
+from .. import db
+from ..domain import rules
 from . import common
-from .common import resolve_now, store_transaction
+from .common import resolve_now, running_in_workspace, store_transaction
 from .hooks import fault_point
 
 

@@ -12,11 +12,11 @@ from typing import Any, Iterable
 
 from django.db import connection, transaction
 
-from .. import clock, db, rules
+from .. import clock, db
 from ..constants import MAX_INT32
 from ..errors import FenceLost, InvalidInput, NotFound, ReservationActive
 from ..models import Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
-from . import normalize, workflows
+from ..domain import normalize, rules, workflows
 
 
 def store_transaction():
@@ -42,6 +42,15 @@ def workspace_lock(workspace_key: str) -> None:
         return
     with connection.cursor() as cur:
         cur.execute(db.sql("workspace_lock"), [db.lock_key("ws:" + workspace_key)])
+
+
+def running_in_workspace(workspace_key: str) -> list[tuple[str, str]]:
+    """The (workspace mode, item id) of every running action in one workspace (DOMAIN §5.4):
+    what a claim holds against `rules.workspace_blocks` inside its transaction, and what the
+    graph read shows as the workspace's holders."""
+    with connection.cursor() as cur:
+        cur.execute(db.sql("running_in_workspace"), [ActionStatus.RUNNING, workspace_key])
+        return [tuple(row) for row in cur.fetchall()]
 
 
 def lock_item(item_id: str) -> WorkItem:

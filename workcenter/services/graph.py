@@ -1,6 +1,6 @@
 """Graph refresh, the claimable flags and the graph reset (DOMAIN §5.3, §7.6, §7.8).
 
-The rules themselves are pure (`workcenter.rules`); this module reads the rows they need and
+The rules themselves are pure (`workcenter.domain.rules`); this module reads the rows they need and
 writes what they decide, every write guarded. Callers hold the item's lock.
 """
 from __future__ import annotations
@@ -11,7 +11,8 @@ from typing import Iterable
 
 from django.db import connection
 
-from .. import db, rules
+from .. import db
+from ..domain import rules
 from ..errors import FenceLost, InvalidState
 from ..models import Action, ActionStatus, Run, RunStatus, WorkItem
 from .common import guarded_update, item_actions, refuse_if_reserved, save_item_state

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..models import Action, ActionStatus, Run, RunStatus, WorkspaceMode
-from .. import rules
+from ..domain import rules
 from ..clock import iso_ms
 from . import common
 from .common import resolve_now, store_transaction

@@ -9,7 +9,7 @@ from ..errors import InvalidInput
 from ..event_types import EventType
 from ..events import event_append
 from ..models import ExecutionMode, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus
-from .. import rules
+from ..domain import rules
 from . import common, graph
 from .common import resolve_now, store_transaction
 

@@ -27,9 +27,10 @@ from ..models import (
     WorkItemStatus,
     WorkspaceMode,
 )
-from . import common, graph, workflows
+from ..domain import workflows
+from ..domain.normalize import BRIEF_FIELD_MAX, BRIEF_FIELDS, normalize_brief, storable_text
+from . import common, graph
 from .common import resolve_now, store_transaction
-from .normalize import BRIEF_FIELD_MAX, BRIEF_FIELDS, normalize_brief, storable_text
 from .runs import interrupt_locked
 
 MAX_REASON = 2_000

@@ -15,8 +15,9 @@ from ..errors import InvalidInput, InvalidState, PlanError, ReservationActive, S
 from ..event_types import EventType
 from ..events import event_append, publish_progress_on_commit
 from ..models import Action, ActionStatus, ActionType, ExecutionMode, Run, RunStatus, WorkItem, WorkItemStatus
-from .. import db, rules
-from . import common, graph, normalize, planning, workflows
+from .. import db
+from ..domain import normalize, planning, rules, workflows
+from . import common, graph
 from .claims import Claim
 from .common import resolve_now, store_transaction
 from .hooks import fault_point

@@ -12,8 +12,8 @@ from ..errors import FenceLost, InvalidInput, InvalidState, RevisionConflict, Wo
 from ..event_types import EventType
 from ..events import event_append
 from ..models import ExecutionMode, OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
-from .. import rules
-from . import common, graph, normalize, planning, workflows
+from ..domain import normalize, planning, rules, workflows
+from . import common, graph
 from .state_tokens import check_state_token, state_token
 from .common import resolve_now, store_transaction
 

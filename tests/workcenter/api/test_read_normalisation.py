@@ -21,7 +21,7 @@ from django.db import connection
 from workcenter import selectors
 from workcenter.importer import import_reference_db
 from workcenter.models import Action, Event, Run, WorkItem
-from workcenter.services.normalize import normalize_checkpoint, normalize_evidence
+from workcenter.domain.normalize import normalize_checkpoint, normalize_evidence
 
 from ..test_importer import CHECKPOINT_FORMS, EVIDENCE_FORMS, NOT_JSON, SCHEMA1_DDL, SCHEMA4_DDL, SCHEMA11_DDL
 from .conftest import fence

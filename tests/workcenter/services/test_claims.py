@@ -5,7 +5,7 @@ from tests.conftest import make_graph
 from workcenter import services
 from workcenter.errors import InvalidInput
 from workcenter.models import Action, Event, Run, WorkItem
-from workcenter.rules import workspace_blocks
+from workcenter.domain.rules import workspace_blocks
 
 MODES = ["shared", "read", "isolated-write", "integrate"]
 

@@ -14,7 +14,7 @@ from tests.conftest import Clock, Store, make_graph
 from workcenter import services
 from workcenter.models import Action, Event, Run, WorkItem
 from workcenter.services import hooks
-from workcenter.rules import workspace_blocks
+from workcenter.domain.rules import workspace_blocks
 
 pytestmark = [
     pytest.mark.postgres,

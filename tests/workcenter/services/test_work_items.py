@@ -5,7 +5,7 @@ from tests.conftest import checks_for, completed, make_graph
 from workcenter import services
 from workcenter.errors import InvalidInput, InvalidState, ReservationActive, RevisionConflict
 from workcenter.models import Action, Event, Run, WorkItem
-from workcenter.services import workflows
+from workcenter.domain import workflows
 
 
 # --- create --------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 An API-created item starts from `planning_snapshot`: a requested template itself, or a single
 planning triage that knows the reusable templates. When that triage completes, `apply_triage_plan`
 turns its plan into the item's snapshot: a template's stages (linear) or the generated Actions
-(graph), checked rule by rule. Pure functions over plain dicts, like workcenter.services.workflows,
+(graph), checked rule by rule. Pure functions over plain dicts, like workcenter.domain.workflows,
 whose normalisers they reuse; messages carry the keywords of DOMAIN §17.
 """
 from __future__ import annotations

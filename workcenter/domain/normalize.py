@@ -2,7 +2,7 @@
 
 Implements DOMAIN §7.2–§7.3 (terminal submission normalisation and completion validation),
 §12.1 (counters), §12.3 (response cap), §12.4 (evidence), §12.5 (checkpoint) and §12.7 (session
-context); workcenter.services.instructions renders them into instructions (§12.9). Every key produced here is snake_case (DOMAIN §0);
+context); workcenter.domain.instructions renders them into instructions (§12.9). Every key produced here is snake_case (DOMAIN §0);
 reference camelCase spellings are accepted on input only as a fallback, so imported reference data
 maps cleanly.
 

@@ -6,8 +6,8 @@ import copy
 import pytest
 
 from workcenter.errors import PlanError
-from workcenter.services import planning
-from workcenter.services import workflows as wf
+from workcenter.domain import planning
+from workcenter.domain import workflows as wf
 
 
 def _stage_ids(snapshot):

@@ -1,8 +1,8 @@
-"""Pure unit tests for workcenter.services.instructions (no database)."""
+"""Pure unit tests for workcenter.domain.instructions (no database)."""
 from __future__ import annotations
 
-from workcenter.services.instructions import render_instruction
-from workcenter.services.normalize import normalize_session_context
+from workcenter.domain.instructions import render_instruction
+from workcenter.domain.normalize import normalize_session_context
 
 
 def render(**overrides):

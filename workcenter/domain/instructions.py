@@ -1,6 +1,6 @@
 """Action instructions (DOMAIN §12.9) and the session-context block in them (§12.7).
 
-Pure text rendering over already normalised values (workcenter.services.normalize): no database.
+Pure text rendering over already normalised values (workcenter.domain.normalize): no database.
 """
 from __future__ import annotations
 

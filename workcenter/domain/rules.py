@@ -5,27 +5,65 @@ guarded update. Each rule is written here once: the lease predicate and its stal
 (DOMAIN §6), graph status and readiness (§5.3, §7.6), which actions a graph reset touches
 (§7.8), the workspace exclusivity table (§5.4), retry on interruption (§8), integration
 reservations (§10.2) and the fields an action takes from its stage or its previous action (§4.5).
+
+The rules read rows by the shapes below (`RunRow`, `ActionRow`, `ItemRow`): the fields of a
+Run, an Action and a WorkItem that they look at. A model instance has them, so has any plain
+object that carries them; nothing here needs the models themselves.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
 
 from django.utils.dateparse import parse_datetime
 
-from .models import (
-    Action,
-    ActionStatus,
-    ActionType,
-    ExecutionMode,
-    Run,
-    RunStatus,
-    WorkItem,
-    WorkItemStatus,
-    WorkspaceMode,
-)
-from .services import instructions, normalize, workflows
+from ..choices import ActionStatus, ActionType, ExecutionMode, RunStatus, WorkItemStatus, WorkspaceMode
+from . import instructions, normalize, workflows
+
+
+class RunRow(Protocol):
+    """The fields of a Run that the rules read."""
+    pk: str
+    status: str
+    owner_boot_id: str
+    lease_epoch: int
+    expires_at: datetime
+
+
+class ActionRow(Protocol):
+    """The fields of an Action that the rules read."""
+    pk: str
+    status: str
+    type: str
+    sequence: int
+    effective_stage_id: str
+    depends_on_stage_ids: list | None
+    current_run_id: str | None
+    lease_epoch: int
+    attempt: int
+    max_attempts: int
+    workspace: dict | None
+    workspace_mode: str
+    brief: dict | None
+    assignment_policy: Any
+    model_policy: Any
+    changes_requested_stage_id: str | None
+    required_role: str
+
+
+class ItemRow(Protocol):
+    """The fields of a WorkItem that the rules read."""
+    pk: str
+    status: str
+    execution_mode: str
+    current_action_id: str | None
+    current_run_id: str | None
+    title: str
+    goal: str
+    acceptance_criteria: list | None
+    session_context: list | None
+
 
 # the item statuses in which a run of the item may still hold its lease (DOMAIN §6.1)
 RUNNING_ITEM_OK = (WorkItemStatus.READY, WorkItemStatus.RUNNING, WorkItemStatus.WAITING)
@@ -43,12 +81,14 @@ REASON_CANCELLED = "WorkItem was cancelled"
 
 @dataclass
 class Lease:
-    run: Run
-    action: Action
-    item: WorkItem
+    """The rows that hold a live lease, as the caller read them (the services pass model instances)."""
+    run: RunRow
+    action: ActionRow
+    item: ItemRow
 
 
-def stale_reason(run: Run | None, action: Action | None, item: WorkItem | None, now: datetime, require_live: bool) -> str:
+def stale_reason(run: RunRow | None, action: ActionRow | None, item: ItemRow | None, now: datetime,
+                 require_live: bool) -> str:
     if run is None:
         return "stale Run: it does not exist or has already finished"
     if (item and item.status == WorkItemStatus.CANCELLED) or run.status == RunStatus.CANCELLED:
@@ -60,7 +100,7 @@ def stale_reason(run: Run | None, action: Action | None, item: WorkItem | None, 
     return "stale Run: it no longer owns the Action lease (superseded, reset or already finished)"
 
 
-def lease_check(run: Run | None, action: Action | None, item: WorkItem | None, owner_boot_id: str,
+def lease_check(run: RunRow | None, action: ActionRow | None, item: ItemRow | None, owner_boot_id: str,
                 lease_epoch: int, now: datetime, *, require_live: bool) -> tuple[Lease | None, str]:
     """The active-run predicate (DOMAIN §6.1) over the run, its action and its item: (lease | None, reason)."""
     ok = (
@@ -89,16 +129,16 @@ def lease_check(run: Run | None, action: Action | None, item: WorkItem | None, o
     return None, stale_reason(run, action, item, now, require_live)
 
 
-def retryable_on_interrupt(action: Action) -> bool:
+def retryable_on_interrupt(action: ActionRow) -> bool:
     """An interrupted run's action goes back to ready unless it delivers or its attempts are spent (§8)."""
     return action.type != ActionType.DELIVER and action.attempt < action.max_attempts
 
 
 # --- graph rules (DOMAIN §5.3, §7.6, §7.8) ---------------------------------------------------
 
-def canonical_actions(actions: Iterable[Action]) -> dict[str, Action]:
+def canonical_actions(actions: Iterable[ActionRow]) -> dict[str, ActionRow]:
     """Canonical action per stage: highest sequence among non-superseded, non-cancelled [DEV-1]."""
-    out: dict[str, Action] = {}
+    out: dict[str, ActionRow] = {}
     for a in actions:
         if a.status in NOT_CANONICAL:
             continue
@@ -108,7 +148,7 @@ def canonical_actions(actions: Iterable[Action]) -> dict[str, Action]:
     return out
 
 
-def deps_satisfied(action: Action, canonical: dict[str, Action]) -> bool:
+def deps_satisfied(action: ActionRow, canonical: dict[str, ActionRow]) -> bool:
     for stage in action.depends_on_stage_ids or []:
         c = canonical.get(stage)
         if c is None or c.status != ActionStatus.COMPLETED:
@@ -121,7 +161,7 @@ _BLOCKED = (ActionStatus.WAITING, ActionStatus.FAILED)
 _RUNNABLE = (ActionStatus.READY, ActionStatus.RUNNING)
 
 
-def graph_status(actions: list[Action]) -> tuple[str, str | None]:
+def graph_status(actions: list[ActionRow]) -> tuple[str, str | None]:
     """Graph refresh (DOMAIN §7.6): the item status and current action id."""
     open_ = [a for a in sorted(actions, key=lambda a: a.sequence) if a.status in _OPEN]
     blocked = next((a for a in open_ if a.status in _BLOCKED), None)
@@ -135,7 +175,7 @@ def graph_status(actions: list[Action]) -> tuple[str, str | None]:
     return WorkItemStatus.DONE, None
 
 
-def claimable_ids(item: WorkItem, actions: list[Action]) -> set[str]:
+def claimable_ids(item: ItemRow, actions: list[ActionRow]) -> set[str]:
     """The actions whose derived `claimable` flag is set (DOMAIN §5.1-§5.3), workspace aside."""
     want: set[str] = set()
     if item.execution_mode == ExecutionMode.GRAPH:
@@ -151,7 +191,7 @@ def claimable_ids(item: WorkItem, actions: list[Action]) -> set[str]:
     return want
 
 
-def reset_scope(actions: list[Action], target_stage: str) -> tuple[Action | None, list[Action]]:
+def reset_scope(actions: list[ActionRow], target_stage: str) -> tuple[ActionRow | None, list[ActionRow]]:
     """Steps 1-3 of DOMAIN §7.8: the target's canonical action and every live action the reset
     touches (the target's stage, every running stage, and what depends on them, transitively)."""
     live = [a for a in actions if a.status not in NOT_CANONICAL]
@@ -170,7 +210,7 @@ def reset_scope(actions: list[Action], target_stage: str) -> tuple[Action | None
     return target, [a for a in live if a.effective_stage_id in stages]
 
 
-def preserved_workspace(target: Action, replacement: dict | None) -> dict | None:
+def preserved_workspace(target: ActionRow, replacement: dict | None) -> dict | None:
     """Step 4 of DOMAIN §7.8: a prepared or finalized integration survives a reset of its
     integrate action (unless the replacement is no longer an integrate action)."""
     ws = target.workspace if isinstance(target.workspace, dict) else None
@@ -216,7 +256,7 @@ def workspace_blocks(candidate_mode: str, candidate_item_id: str, running: Itera
 
 # --- integration reservations (DOMAIN §10.2) -------------------------------------------------
 
-def reservation_of(action: Action) -> dict | None:
+def reservation_of(action: ActionRow) -> dict | None:
     ws = action.workspace if isinstance(action.workspace, dict) else None
     integ = ws.get("integration") if ws else None
     res = integ.get("reservation") if isinstance(integ, dict) else None
@@ -234,7 +274,7 @@ def as_datetime(value: Any) -> datetime | None:
     return None
 
 
-def has_live_reservation(action: Action, now: datetime) -> bool:
+def has_live_reservation(action: ActionRow, now: datetime) -> bool:
     res = reservation_of(action)
     if not res:
         return False
@@ -249,7 +289,7 @@ RESET_FIELDS = ("type", "required_role", "assignment_policy", "model_policy", "d
                 "workspace_mode", "changes_requested_stage_id", "instruction", "brief", "context", "max_attempts")
 
 
-def action_fields(item: WorkItem, *, context: list, stage: dict | None = None, previous: Action | None = None,
+def action_fields(item: ItemRow, *, context: list, stage: dict | None = None, previous: ActionRow | None = None,
                   policy_text: str | None = None) -> dict:
     """The fields an action is made of, from its stage (DOMAIN §4.5) or, for retry and guidance,
     from the previous action of that stage with its type's default policy text."""

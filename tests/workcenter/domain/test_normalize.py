@@ -1,4 +1,4 @@
-"""Pure unit tests for workcenter.services.normalize (no database)."""
+"""Pure unit tests for workcenter.domain.normalize (no database)."""
 from __future__ import annotations
 
 import pytest
@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workcenter.errors import InvalidInput
-from workcenter.services.normalize import (
+from workcenter.domain.normalize import (
     COUNTER_FIELDS,
     RESPONSE_CAP,
     cap_response,

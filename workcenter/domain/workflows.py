@@ -1,7 +1,7 @@
 """Workflow definitions: normalisation, defaults and the linear next step (DOMAIN §4.1-§4.2, §7.4).
 
 Pure functions over plain dicts: no database, no models (types and modes are workcenter.choices).
-Planning snapshots and triage plans (§4.3-§4.4) are workcenter.services.planning. Every
+Planning snapshots and triage plans (§4.3-§4.4) are workcenter.domain.planning. Every
 key is snake_case (DOMAIN §0); camelCase keys of the reference design are accepted as input
 aliases only, so reference snapshots can be imported. Messages carry the keywords of DOMAIN §17.
 

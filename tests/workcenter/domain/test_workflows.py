@@ -5,7 +5,7 @@ import pytest
 
 from workcenter.errors import WorkflowError
 from workcenter.choices import ExecutionMode, WorkspaceMode
-from workcenter.services import workflows as wf
+from workcenter.domain import workflows as wf
 
 
 def _stage_ids(snapshot):
