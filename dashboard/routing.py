@@ -33,7 +33,7 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.urls import path, re_path
 
-from workcenter.auth import api_token_user
+from workcenter.auth import MalformedAuthorization, api_token_user, bearer_token
 
 from .consumers import WorkItemStreamConsumer
 from .workers_stream import WorkersStreamConsumer
@@ -66,18 +66,21 @@ def _header(scope, name: bytes) -> str | None:
 
 
 def stream_token(scope) -> str | None:
-    """The bearer token of the upgrade request: header first, then the subprotocol, then
-    `?token=`. `""` for a present but malformed header, or `workcenter.bearer` offered with no
-    value after it (neither may fall back to the session)."""
+    """The bearer token of the upgrade request: header first (read as the HTTP API reads it,
+    workcenter.auth.bearer_token), then the subprotocol, then `?token=`. None when there is none
+    of them (the session counts); `""` for a present but malformed header, `workcenter.bearer`
+    offered with no value after it or an empty `?token=` (none may fall back to the session)."""
     header = _header(scope, b"authorization")
     if header is not None:
-        scheme, _, raw = header.strip().partition(" ")
-        return raw.strip() if scheme.lower() == "bearer" else ""
+        try:
+            return bearer_token(header)
+        except MalformedAuthorization:
+            return ""
     offered = scope.get("subprotocols") or ()
     if BEARER_SUBPROTOCOL in offered:
         after = offered.index(BEARER_SUBPROTOCOL) + 1
         return offered[after].strip() if after < len(offered) else ""
-    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True).get("token")
     return values[-1].strip() if values else None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from datetime import timedelta
 
@@ -44,6 +45,35 @@ class NotAuthenticated(WorkcenterError):
 
 class PermissionDenied(WorkcenterError):
     code = "permission_denied"
+
+
+class MalformedAuthorization(NotAuthenticated):
+    """An `Authorization` header is present but says no bearer token."""
+
+
+# --- the Authorization header --------------------------------------------------------------------
+
+# RFC 6750 §2.1: `Bearer 1*SP b64token`; the scheme, as every HTTP auth scheme, in any case
+# (RFC 9110 §11.1). The token is one word: its characters are the token lookup's to judge.
+_BEARER = re.compile(r"bearer +(\S+)", re.IGNORECASE)
+
+
+def bearer_token(header: str | None) -> str | None:
+    """The one reading of an `Authorization` header value, for the API (TokenAuth), /metrics and
+    /healthz (workcenter/metrics.py) and the websocket upgrade (dashboard/routing.py):
+
+    * None (no header): no token; the caller's other credentials count (the session);
+    * `Bearer <token>` (any case, spaces around and between): the token;
+    * anything else present (empty, another scheme such as `Basic`, `Bearer` alone, two words
+      after it): raises MalformedAuthorization. A present but unusable header is refused (401,
+      or a close with 4401 on a websocket), never a fallback to the session.
+    """
+    if header is None:
+        return None
+    match = _BEARER.fullmatch(header.strip(" \t"))
+    if match is None:
+        raise MalformedAuthorization("invalid Authorization header: expected 'Bearer <token>'")
+    return match.group(1)
 
 
 # --- tokens ------------------------------------------------------------------------------------
@@ -158,13 +188,8 @@ class TokenAuth(HttpBearer):
     def __call__(self, request: HttpRequest):
         # META, not request.headers: that mapping of every header is built on first use, about
         # 0.1 ms a request on the worker's hot path, and nothing else here needs it
-        header = request.META.get(self.meta_key)
-        if not header:
-            return None
-        scheme, _, raw = header.strip().partition(" ")
-        if scheme.lower() != "bearer" or not raw.strip():
-            raise NotAuthenticated("invalid Authorization header: expected 'Bearer <token>'")
-        return self.authenticate(request, raw.strip())
+        token = bearer_token(request.META.get(self.meta_key))  # malformed: MalformedAuthorization, a 401
+        return None if token is None else self.authenticate(request, token)
 
     def authenticate(self, request: HttpRequest, token: str):
         user = api_token_user(token, permission=self.permission)

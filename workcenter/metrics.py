@@ -37,7 +37,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from . import clock
 from .api import error_body
-from .auth import VIEW, api_token_user, user_has_perm
+from .auth import VIEW, MalformedAuthorization, api_token_user, bearer_token, user_has_perm
 from .choices import ActionStatus, RunStatus, WorkItemStatus
 from .health import FIRST_CHECK_WAIT, health_response, probe, scrape_token_matches
 from .instruments import (CLAIM_SECONDS, CLAIMS_RECENT, EMPTY_WAKES, HTTP_IN_FLIGHT, MULTIPROCESS, PARKED_CLAIMS, SUBMIT_SECONDS,
@@ -134,15 +134,18 @@ def _registry() -> CollectorRegistry:
 
 
 def _bearer(request: HttpRequest) -> str | None:
-    header = request.META.get("HTTP_AUTHORIZATION", "")
-    scheme, _, value = header.partition(" ")
-    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+    """The request's bearer token, None without an Authorization header; a present but unusable
+    one raises MalformedAuthorization (auth.bearer_token)."""
+    return bearer_token(request.META.get("HTTP_AUTHORIZATION"))
 
 
 def _allowed(request: HttpRequest) -> tuple[bool, int]:
     """(allowed, status when not): the scrape token, an API token or a session with the view
-    permission."""
-    raw = _bearer(request)
+    permission; a malformed Authorization header is a 401 whatever the session."""
+    try:
+        raw = _bearer(request)
+    except MalformedAuthorization:
+        return False, 401
     if raw is not None:
         if scrape_token_matches(raw):
             return True, 200
