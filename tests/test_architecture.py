@@ -1,11 +1,14 @@
 """The shape of the code, checked: the import graph of workcenter/ and dashboard/ (migrations
-aside, function-local imports included) has no cycle, no module reaches into another's private
+aside, function-local imports included) has no cycle and runs down the declared layers, the pure
+domain imports nothing that touches the database, no module reaches into another's private
 names, no module is over 700 lines, few imports are function-local and each says why, nothing
 above workcenter/db.py formats SQL, and every named statement has its header and a caller."""
 from __future__ import annotations
 
 import ast
 import re
+import sys
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
@@ -111,6 +114,103 @@ def test_the_import_graph_has_no_cycle():
 
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# The layers, bottom up: a module may import its own layer and the layers below it, never one above.
+# Every module of workcenter/ and dashboard/ stands in exactly one layer (a pattern is a module
+# name or ends in `.*` for a package's modules).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    # the vocabulary, the wire's shapes and the process's own tools: nothing here reads the store
+    ("foundations", (
+        "workcenter", "workcenter.apps", "workcenter.choices", "workcenter.constants", "workcenter.errors",
+        "workcenter.clock", "workcenter.event_types", "workcenter.schemas", "workcenter.render",
+        "workcenter.instruments", "workcenter.security", "workcenter.security_headers", "workcenter.settings",
+        "workcenter.redis_layer", "workcenter.memory_layer", "workcenter.serving", "workcenter.demo_login",
+    )),
+    # the worker program: it reaches the store over HTTP (or through local_store, which imports it)
+    ("worker", ("workcenter.worker", "workcenter.worker_journal", "workcenter.executors", "workcenter.executors.*")),
+    # the store's pure rules and shapes (see test_the_domain_touches_no_database)
+    ("domain", ("workcenter.domain", "workcenter.domain.*")),
+    ("models", ("workcenter.fields", "workcenter.models")),
+    ("database toolkit", ("workcenter.db",)),
+    ("events and auth", ("workcenter.events", "workcenter.auth")),
+    ("services", ("workcenter.services", "workcenter.services.*")),
+    ("reads", ("workcenter.selectors", "workcenter.overview", "workcenter.workers", "workcenter.item_state")),
+    # what a request, a command, a worker in this process or a page comes in by
+    ("ways in", (
+        "workcenter.api", "workcenter.schemas_in", "workcenter.admin", "workcenter.importer",
+        "workcenter.local_store", "workcenter.health", "workcenter.metrics",
+        "workcenter.management", "workcenter.management.*", "dashboard", "dashboard.*",
+    )),
+    # the web process's front: the ASGI application, its handler, middleware, routes and static files
+    ("front", ("workcenter.asgi", "workcenter.handlers", "workcenter.middleware", "workcenter.urls",
+               "workcenter.staticfiles")),
+]
+# (importing module, imported module): why this one import runs up. At most one may stand here.
+UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
+# what the domain may import from this tree besides itself
+DOMAIN_MAY_IMPORT = ("workcenter.choices", "workcenter.constants", "workcenter.errors", "workcenter.clock")
+
+
+def _layers_of(name: str) -> list[int]:
+    return [i for i, (_, patterns) in enumerate(LAYERS) if any(fnmatchcase(name, p) for p in patterns)]
+
+
+def _in_layer(name: str, layer: str) -> bool:
+    return [LAYERS[i][0] for i in _layers_of(name)] == [layer]
+
+
+def _upward(edges: dict[str, set[str]]) -> list[str]:
+    """Every import from a lower layer up to a higher one, but those UPWARD_ALLOWED names."""
+    found = []
+    for name in sorted(edges):
+        for target in sorted(edges[name]):
+            (low,), (high,) = _layers_of(name), _layers_of(target)
+            if high > low and (name, target) not in UPWARD_ALLOWED:
+                found.append(f"{name} ({LAYERS[low][0]}) imports {target} ({LAYERS[high][0]})")
+    return found
+
+
+def test_every_module_stands_in_exactly_one_layer():
+    misplaced = {name: [LAYERS[i][0] for i in layers] for name in MODULES if len(layers := _layers_of(name)) != 1}
+    assert misplaced == {}, "place each module in one layer of LAYERS"
+
+
+def test_every_layer_pattern_names_a_module():
+    assert [p for _, patterns in LAYERS for p in patterns if not any(fnmatchcase(n, p) for n in MODULES)] == []
+
+
+def test_imports_run_down_the_layers():
+    assert len(UPWARD_ALLOWED) <= 1
+    assert _upward(_graph()) == []
+
+
+def test_the_layer_check_finds_an_upward_import():
+    edges = {
+        "workcenter.domain.rules": {"workcenter.choices", "workcenter.services.common"},
+        "workcenter.services.common": {"workcenter.domain.rules", "workcenter.services.hooks"},
+        "workcenter.services.hooks": set(),
+        "workcenter.choices": set(),
+    }
+    assert _upward(edges) == ["workcenter.domain.rules (domain) imports workcenter.services.common (services)"]
+
+
+def test_the_domain_touches_no_database():
+    """The domain imports the standard library, Django utilities and DOMAIN_MAY_IMPORT only."""
+    found = []
+    for name, path in MODULES.items():
+        if not _in_layer(name, "domain"):
+            continue
+        for target, _, node, _ in _imports(name, path):
+            top = target.split(".")[0]
+            resolved = _resolve(target)
+            if resolved is not None:
+                ok = resolved in DOMAIN_MAY_IMPORT or _in_layer(resolved, "domain")
+            else:
+                ok = top in sys.stdlib_module_names or target.startswith("django.utils")
+            if not ok:
+                found.append(f"{name}:{node.lineno} imports {target}")
+    assert found == []
 
 
 def test_no_module_uses_another_modules_private_names():
