@@ -190,7 +190,7 @@ def appender_main(args) -> int:
             rows.append((committed, eid, item))
         if new:
             last = new[-1][0]
-    from dashboard.publisher import publisher
+    from dashboard.stream.publisher import publisher
 
     publisher.drain()  # this process's last sends (Redis layer) before the counts are read
     Path(args.log).write_text(json.dumps({"t0": t0, "rows": rows, "calls": calls, "behind_s": behind,

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     from twisted.internet import reactor
 
     from asgiref.sync import sync_to_async
-    from dashboard.publisher import publisher
+    from dashboard.stream.publisher import publisher
     from workcenter import events, services
     from workcenter.asgi import application
 
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     events.set_publisher(timed_publish)
     if args.breakdown:
-        from dashboard.consumers import WorkItemStreamConsumer
+        from dashboard.stream.consumers import WorkItemStreamConsumer
 
         forward = WorkItemStreamConsumer.stream_event
 

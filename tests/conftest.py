@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import itertools
+import os
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,34 @@ from workcenter.models import Action, Event, Run, WorkItem
 from workcenter.domain import workflows
 
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=timezone.utc)
+TESTS = Path(__file__).resolve().parent
+
+# Where a test runs (docs/testing.md): the store, the API and the stream on both databases; a
+# browser, fleet or deployment test once, on PostgreSQL + Redis, the team deployment (marker
+# `deployment`, given here by its folder or module); the demo path once, on SQLite (marker `demo`,
+# set by the module: the demo is the embedded default).
+ONCE_FOLDERS = ("browser", "e2e")
+ONCE_MODULES = ("test_deploy.py",)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = item.path.relative_to(TESTS).parts
+        if parts[0] in ONCE_FOLDERS or parts[-1] in ONCE_MODULES:
+            item.add_marker(pytest.mark.deployment)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """WORKCENTER_TEST_SKIPS=postgres-only: only a `postgres`-marked test may skip (the SQLite run);
+    =none: no test may skip (the PostgreSQL run). A skip that breaks the rule is a failure, so a
+    missing browser, Redis or fixture cannot hide behind a green run."""
+    report = (yield).get_result()
+    rule = os.environ.get("WORKCENTER_TEST_SKIPS", "")
+    if report.skipped and rule and not hasattr(report, "wasxfail"):
+        if rule == "none" or item.get_closest_marker("postgres") is None:
+            report.outcome = "failed"
+            report.longrepr = f"skipped, and WORKCENTER_TEST_SKIPS={rule} forbids it: {report.longrepr}"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -16,7 +16,7 @@ from channels.layers import get_channel_layer
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 
-from dashboard.publisher import publisher
+from dashboard.stream.publisher import publisher
 from workcenter.auth import api_token_create
 
 from tests.conftest import Clock, Store, make_graph

@@ -1,7 +1,8 @@
 """The live stream as a deployment runs it: real daphne processes on the test database, Redis as
 the channel layer.
 
-* a websocket on the Redis layer stays up through a minute without traffic, then still receives
+* a websocket on the Redis layer stays up through three of the layer's blocking receives without
+  traffic (a wrong read timeout closed it after one, 5.6 s), then still receives
   what commits (the client's socket timeouts are set explicitly: workcenter/redis_layer.py);
 * replays are paged and never hold up other clients: while three clients replay 10,000 events
   from the start, a fourth one gets its hello within a second; a client that leaves stops its
@@ -24,6 +25,7 @@ from websockets.sync.client import connect
 
 from workcenter.auth import api_token_create
 from workcenter.models import Event
+from workcenter.redis_layer import BLOCKING_RECEIVE
 
 from tests.live import free_port, start_daphne, stop_process, wait_until
 
@@ -32,10 +34,12 @@ from .test_worker_recovery import _post
 pytestmark = pytest.mark.django_db(transaction=True)
 
 IDLE_REDIS_URL = os.environ.get("WORKCENTER_TEST_IDLE_REDIS_URL", "redis://127.0.0.1:6379/5")
-IDLE_SECONDS = 60
+# The failure this guards shows after one blocking receive of the layer (BLOCKING_RECEIVE, 5 s)
+# plus the read that times out: waiting three of them is as telling as a minute, in a quarter.
+IDLE_SECONDS = 3 * (BLOCKING_RECEIVE + 1)
 REPLAY_REDIS_URL = os.environ.get("WORKCENTER_TEST_REPLAY_REDIS_URL", "redis://127.0.0.1:6379/6")
 HISTORY = 10_000  # stored events
-HISTORY_ITEMS = 1000
+HISTORY_ITEMS = 200  # the overview of the hello counts them; the replay is the 10,000 events
 
 
 def _token(*codenames: str) -> str:
@@ -76,9 +80,9 @@ class _Server:
         self.log.close()
 
 
-def test_redis_layer_websockets_stay_up_through_a_minute_idle_then_receive(tmp_path):
+def test_redis_layer_websockets_stay_up_through_quiet_blocking_receives_then_receive(tmp_path):
     """Two servers on one Redis: one with the bare URL, one whose URL asks for a read timeout
-    that would end the layer's blocking receive. A client on each waits a minute in silence;
+    that would end the layer's blocking receive. A client on each waits IDLE_SECONDS in silence;
     then an item is created through the first server and both clients receive its event."""
     redis.Redis.from_url(IDLE_REDIS_URL).flushdb()  # a Redis that is down fails here, loudly
     token = _token("view_workitem", "change_workitem")
@@ -92,7 +96,7 @@ def test_redis_layer_websockets_stay_up_through_a_minute_idle_then_receive(tmp_p
             for ws in clients:
                 hello = json.loads(ws.recv(timeout=10))
                 assert hello["type"] == "hello" and hello["last_event_id"] == 0
-            # nothing at all reaches the clients for a minute (the protocol's pings aside)
+            # nothing at all reaches the clients while idle (the protocol's pings aside)
             quiet = time.monotonic() + IDLE_SECONDS
             for ws, server in zip(clients, servers):
                 try:
@@ -102,7 +106,7 @@ def test_redis_layer_websockets_stay_up_through_a_minute_idle_then_receive(tmp_p
                 else:
                     pytest.fail(f"received while nothing was committed: {unexpected[:500]}")
                 assert ws.close_code is None, f"closed {ws.close_code} while idle:\n{server.output()[-3000:]}"
-            body = servers[0].create_item(token, "after a quiet minute")
+            body = servers[0].create_item(token, "after a quiet while")
             for ws in clients:
                 message = json.loads(ws.recv(timeout=10))
                 assert message["type"] == "event" and message["event"]["type"] == "work_item.created"

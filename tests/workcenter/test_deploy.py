@@ -188,6 +188,7 @@ def test_every_html_page_carries_the_policy_and_json_does_not(client, settings):
 # --- the one-command demo ------------------------------------------------------------------------
 
 
+@pytest.mark.demo
 def test_the_demo_still_runs_in_one_command_with_debug_on(tmp_path):
     """`manage.py demo` with nothing configured: debug is off by default, the demo turns it on for
     its server, which then starts on the development key and serves pages and static files."""

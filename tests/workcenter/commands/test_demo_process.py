@@ -9,10 +9,13 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from django.core.management import load_command_class
 
 from tests.live import ROOT, free_port, port_open, stop_process, wait_until
 from tests.production import process_env
+
+pytestmark = pytest.mark.demo  # the embedded default: CI runs it on SQLite
 
 STARTED = re.compile(r"worker (\S+) started \(concurrency")
 
