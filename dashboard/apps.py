@@ -9,6 +9,6 @@ class DashboardConfig(AppConfig):
         # channel layer; with Redis they reach the websocket clients of every web process.
         # Imported here, not at the top: the publisher imports the models, which need the app
         # registry that is being populated while this module is imported.
-        from .publisher import publisher
+        from .stream.publisher import publisher
 
         publisher.register()

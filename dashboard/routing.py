@@ -35,7 +35,7 @@ from django.urls import path, re_path
 
 from workcenter.auth import MalformedAuthorization, api_token_user, bearer_token
 
-from .consumers import WorkItemStreamConsumer
+from .stream.consumers import WorkItemStreamConsumer
 from .workers_stream import WorkersStreamConsumer
 
 BEARER_SUBPROTOCOL = "workcenter.bearer"

@@ -37,7 +37,7 @@ from workcenter.instruments import WEBSOCKET_CLIENTS
 from workcenter.schemas import WorkerOut, WorkersOut
 from workcenter.workers import Tracker
 
-from .consumers import viewer_refusal
+from .stream.consumers import viewer_refusal
 
 logger = logging.getLogger("workcenter.workers")
 

@@ -138,7 +138,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("reads", ("workcenter.selectors", "workcenter.overview", "workcenter.workers", "workcenter.item_state")),
     # what a request, a command, a worker in this process or a page comes in by
     ("ways in", (
-        "workcenter.api", "workcenter.schemas_in", "workcenter.admin", "workcenter.importer",
+        "workcenter.api", "workcenter.dispatch", "workcenter.dispatch.*", "workcenter.schemas_in",
+        "workcenter.admin", "workcenter.importer",
         "workcenter.local_store", "workcenter.health", "workcenter.metrics",
         "workcenter.management", "workcenter.management.*", "dashboard", "dashboard.*",
     )),

@@ -29,7 +29,7 @@ from workcenter.staticfiles import StaticFilesApp  # noqa: E402
 # itself, debug on or off, so a single daphne process works offline without a separate web
 # server (workcenter/staticfiles.py). Websockets: the live stream of API.md §4 (origin and
 # credential checks in dashboard/routing.py).
-from dashboard.longpoll import LongPollClaims  # noqa: E402
+from workcenter.dispatch.longpoll import LongPollClaims  # noqa: E402
 # `/healthz` is answered first, on the event loop, from the process's cached check: a flood of it
 # takes no request thread and opens no connection (workcenter/health.py).
 from workcenter.health import HealthCheck  # noqa: E402

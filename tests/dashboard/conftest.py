@@ -9,7 +9,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from dashboard.publisher import publisher
+from dashboard.stream.publisher import publisher
 from workcenter.asgi import application
 from workcenter.auth import api_token_create
 

@@ -11,8 +11,8 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.test import Client
 
-from dashboard import consumers
-from dashboard.publisher import PROGRESS_TAIL_CHARS, publisher
+from dashboard.stream import consumers
+from dashboard.stream.publisher import PROGRESS_TAIL_CHARS, publisher
 from workcenter import events, selectors, services
 from workcenter.models import Event
 

@@ -7,7 +7,7 @@ import time
 import pytest
 from django.test import Client
 
-from dashboard import live_state
+from dashboard.stream import live_state
 from tests.conftest import make_graph
 from workcenter import item_state, services
 from workcenter.models import WorkItem

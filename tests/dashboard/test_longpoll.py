@@ -10,9 +10,9 @@ import pytest
 from channels_redis.core import RedisChannelLayer
 from channels_redis.pubsub import RedisPubSubChannelLayer
 
-from dashboard import longpoll
-from dashboard.live_state import CLAIMS_GROUP, WAKE, claims_layer
-from dashboard.longpoll import Parked
+from workcenter.dispatch import longpoll
+from dashboard.stream.live_state import CLAIMS_GROUP, WAKE, claims_layer
+from workcenter.dispatch.longpoll import Parked
 from workcenter.redis_layer import redis_channel_layers, redis_layer_config
 
 REDIS_URL = os.environ.get("WORKCENTER_TEST_LONGPOLL_REDIS_URL", "redis://127.0.0.1:6379/15")

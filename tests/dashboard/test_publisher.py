@@ -15,9 +15,9 @@ from channels.db import database_sync_to_async
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from dashboard import publisher as publishing
-from dashboard.consumers import WorkItemStreamConsumer
-from dashboard.publisher import ITEMS_GROUP, RedisGroupProbe, item_group, publisher
+from dashboard.stream import publisher as publishing
+from dashboard.stream.consumers import WorkItemStreamConsumer
+from dashboard.stream.publisher import ITEMS_GROUP, RedisGroupProbe, item_group, publisher
 from workcenter import selectors, services
 from workcenter.models import Event
 from workcenter.redis_layer import redis_layer_config

@@ -13,8 +13,8 @@ import redis
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import Permission, User
 
-from dashboard.consumers import WorkItemStreamConsumer
-from dashboard.pump import pump
+from dashboard.stream.consumers import WorkItemStreamConsumer
+from dashboard.stream.pump import pump
 from workcenter import services
 from workcenter.models import Event
 from workcenter.redis_layer import redis_channel_layers
@@ -117,7 +117,7 @@ def test_pump_delivers_events_of_another_process_once_in_order(store, viewer_tok
 
 def test_pump_fills_a_burst_of_several_pages_in_order(store, viewer_token, monkeypatch):
     """More events than a page commit between two polls: the pump reads page after page."""
-    monkeypatch.setattr("dashboard.pump.PAGE", 3)
+    monkeypatch.setattr("dashboard.stream.pump.PAGE", 3)
 
     async def scenario():
         comm, hello = await open_stream("/ws/work-items/", headers=bearer(viewer_token))

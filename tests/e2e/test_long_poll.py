@@ -21,8 +21,8 @@ from channels.layers import get_channel_layer
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 
-from dashboard import longpoll
-from dashboard.publisher import publisher
+from workcenter.dispatch import longpoll
+from dashboard.stream.publisher import publisher
 from tests.conftest import Clock, Store, make_graph
 from tests.live import free_port, start_daphne, stop_process, wait_until
 from workcenter import services

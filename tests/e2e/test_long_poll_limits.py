@@ -17,7 +17,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Permission, User
 
-from dashboard import longpoll
+from workcenter.dispatch import longpoll
 from tests.live import free_port, start_daphne, stop_process, wait_until
 from workcenter.auth import api_token_create
 

@@ -61,8 +61,8 @@ from workcenter.auth import split_token
 from workcenter.constants import CLAIM_CONTENDED_HEADER, CLAIM_MORE_HEADER
 from workcenter.instruments import EMPTY_WAKES, PARKED_CLAIMS
 
-from .live_state import CLAIMS_GROUP, claims_layer
-from .pump import pump
+from dashboard.stream.live_state import CLAIMS_GROUP, claims_layer
+from dashboard.stream.pump import pump
 
 logger = logging.getLogger("workcenter.claims")
 
