@@ -63,15 +63,12 @@ With `--json` the last line printed is one JSON object: `seconds`, `kills`, `ite
 """
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
 import random
 import re
-import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -80,14 +77,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-BENCH = Path(__file__).resolve().parent
-for _p in (str(REPO), str(BENCH)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import claims as svcbench  # noqa: E402  (bench/claims.py: prepare_database, django_setup)
-from api import free_port  # noqa: E402  (bench/api.py)
+import harness  # bench/harness.py, found beside this script (it also puts the checkout on sys.path)
 
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/workcenter_chaos_bench"
 REDIS_DOWN_S = 10.0
@@ -108,8 +98,7 @@ STALE_RESULT = {"outcome": "completed", "summary": "stale", "evidence": ["stale"
                                       for c in ("it works", "nothing is lost")]}
 
 
-def log(msg: str) -> None:
-    print(msg, flush=True)
+log = harness.log
 
 
 class Stop(Exception):
@@ -117,12 +106,6 @@ class Stop(Exception):
 
 
 # --------------------------------------------------------------------------- child processes
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 class Child:
@@ -138,7 +121,7 @@ class Child:
         self.starts += 1
         self.log_path = self.logdir / f"{self.name}-{self.starts}.log"
         with open(self.log_path, "wb") as fh:
-            self.proc = subprocess.Popen(self.argv, cwd=REPO, env=self.env, stdout=fh, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen(self.argv, cwd=harness.REPO, env=self.env, stdout=fh, stderr=subprocess.STDOUT,
                                          start_new_session=True)
 
     def alive(self) -> bool:
@@ -180,9 +163,8 @@ class Child:
 
 class Server(Child):
     def __init__(self, index: int, logdir: Path, env: dict):
-        self.port = free_port()
-        super().__init__(f"daphne-{index}", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                                             "workcenter.asgi:application"], logdir, env)
+        self.port = harness.free_port()
+        super().__init__(f"daphne-{index}", harness.daphne_command(self.port), logdir, env)
 
     @property
     def url(self) -> str:
@@ -190,11 +172,11 @@ class Server(Child):
 
     def start_and_wait(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT
-        for attempt in range(5):
+        for _ in range(5):
             self.start()
-            while time.monotonic() < deadline and self.alive() and not port_open(self.port):
+            while time.monotonic() < deadline and self.alive() and not harness.port_open(self.port):
                 time.sleep(0.1)
-            if self.alive() and port_open(self.port):
+            if self.alive() and harness.port_open(self.port):
                 return
             if time.monotonic() >= deadline:
                 break
@@ -207,7 +189,7 @@ class RedisProc(Child):
     """A Redis server of the run's own on a free port: it can be killed without touching anyone else's."""
 
     def __init__(self, logdir: Path):
-        self.port = free_port()
+        self.port = harness.free_port()
         super().__init__("redis", ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
                                    "--appendonly", "no", "--dir", str(logdir)], logdir, dict(os.environ))
 
@@ -218,9 +200,9 @@ class RedisProc(Child):
     def start_and_wait(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         self.start()
-        while time.monotonic() < deadline and self.alive() and not port_open(self.port):
+        while time.monotonic() < deadline and self.alive() and not harness.port_open(self.port):
             time.sleep(0.05)
-        if not (self.alive() and port_open(self.port)):
+        if not (self.alive() and harness.port_open(self.port)):
             self.kill()
             raise RuntimeError(f"redis-server did not listen on {self.port}:\n{self.tail()}")
 
@@ -397,30 +379,14 @@ class Chaos:
             self.redis = RedisProc(self.logdir)
             self.redis.start_and_wait()
             args.redis_url = self.redis.url
-        os.environ["DATABASE_URL"] = args.database_url
-        os.environ["REDIS_URL"] = args.redis_url
         os.environ["DJANGO_SETTINGS_MODULE"] = "workcenter.settings"
-        # a production-like configuration, valid whether or not debug defaults to off
-        os.environ["DJANGO_DEBUG"] = "0"
-        os.environ["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)
-        os.environ["DJANGO_ALLOWED_HOSTS"] = "127.0.0.1,localhost"
-        os.environ.setdefault("WORKCENTER_LOG_LEVEL", "WARNING")
-        svcbench.prepare_database("postgres")  # refuses a name without "bench"; DROP … WITH (FORCE)
-        import redis
-
-        redis.Redis.from_url(args.redis_url).flushdb()
-        subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=REPO, env=os.environ,
-                       check=True)
-        svcbench.django_setup()
-        from django.contrib.auth.models import Permission, User
+        harness.production_settings()  # a production-like configuration, whether or not debug defaults to off
+        harness.use_channel_layer(args.redis_url)
+        # refuses a name without "bench"; DROP … WITH (FORCE)
+        harness.fresh_database("postgres", args.database_url)
+        self.token = harness.api_user("chaos", harness.RUNNER)
         from django.db import connections
 
-        from workcenter.auth import api_token_create
-
-        user = User.objects.create_user("chaos")
-        user.user_permissions.set(Permission.objects.filter(
-            content_type__app_label="workcenter", codename__in=["view_workitem", "change_workitem", "run_actions"]))
-        _, self.token = api_token_create(user=user, name="chaos")
         connections.close_all()
         root = Path(tempfile.mkdtemp(prefix="wc-chaos-ws-", dir=self.logdir))
         for i in range(WORKSPACES):
@@ -1140,7 +1106,7 @@ def listener_check(received: list[int]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = harness.argument_parser(__doc__)
     ap.add_argument("--items", type=int, default=100, help="work items to create (default 100)")
     ap.add_argument("--seconds", type=float, default=60.0, help="length of the fault phase (default 60)")
     ap.add_argument("--seed", type=int, default=1, help="seed of every random choice (default 1)")
@@ -1152,7 +1118,6 @@ def main(argv: list[str] | None = None) -> int:
                     help="a Redis database to flush and use as the channel layer, never killed (default: a "
                          "redis-server of the run's own on a free port, killed once for 10 s)")
     ap.add_argument("--log-dir", help="keep the processes' logs here (default: a temporary directory, removed)")
-    ap.add_argument("--json", action="store_true", help="print the figures as one JSON object, last line")
     args = ap.parse_args(argv)
     if args.items < 1 or args.seconds <= 0 or args.settle <= 0:
         ap.error("--items, --seconds and --settle must be positive")
@@ -1286,8 +1251,7 @@ def main(argv: list[str] | None = None) -> int:
         "retries": c["retry_200"] + c["answer_200"], "cancels": c["cancel_200"],
         "final_statuses": dict(sorted(statuses.items())),
     }
-    if args.json:
-        print(json.dumps(res), flush=True)
+    harness.emit(res, args.json)
     if tmp is not None:
         tmp.cleanup()
     return 0 if ok else 1

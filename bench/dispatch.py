@@ -28,7 +28,6 @@ With --json the last line is one JSON object {"parked", "dispatch_p50_ms", "disp
 """
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
@@ -40,14 +39,7 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-BENCH = Path(__file__).resolve().parent
-for _p in (str(REPO), str(BENCH)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import api as apibench  # noqa: E402  (bench/api.py: start_server, create_token, production_env)
-import claims as svcbench  # noqa: E402  (bench/claims.py: prepare_database, django_setup, pct)
+import harness  # bench/harness.py, found beside this script (it also puts the checkout on sys.path)
 
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/workcenter_dispatch_bench"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/11"
@@ -167,8 +159,7 @@ def phase(url: str, token: str, args, *, long_poll: bool, env: dict) -> dict:
     latencies = sorted(got[i] - commits[i] for i in got)
     out = {
         "dispatches": len(commits), "claimed": len(got),
-        "dispatch_p50_ms": round(svcbench.pct(latencies, 0.5) * 1000, 1) if latencies else None,
-        "dispatch_p99_ms": round(svcbench.pct(latencies, 0.99) * 1000, 1) if latencies else None,
+        **harness.p50_p99(latencies, "dispatch", digits=1),
     }
     if long_poll:
         out.update(threads_busy_max=max(busy, default=0), db_connections_max=max(conns) if conns else None,
@@ -191,41 +182,29 @@ def phase(url: str, token: str, args, *, long_poll: bool, env: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    ap = harness.argument_parser(__doc__, db=True)
     ap.add_argument("--parked", type=int, default=200)
     ap.add_argument("--dispatches", type=int, default=50)
     ap.add_argument("--interval-ms", type=int, default=200)
     ap.add_argument("--poll-ms", type=int, default=1000)
-    ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
-    if args.db == "postgres":
-        os.environ.setdefault("DATABASE_URL", DEFAULT_PG_URL)
-        if "bench" not in os.environ["DATABASE_URL"].rsplit("/", 1)[-1]:
-            os.environ["DATABASE_URL"] = DEFAULT_PG_URL
-        os.environ["REDIS_URL"] = os.environ.get("WORKCENTER_BENCH_REDIS_URL", DEFAULT_REDIS_URL)
-        import redis
-
-        redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
-    else:
-        os.environ.pop("REDIS_URL", None)
-    tmp = svcbench.prepare_database(args.db)
-    subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=REPO, env=os.environ, check=True)
-    svcbench.django_setup()
-    if args.db == "postgres":
+    harness.use_channel_layer(os.environ.get("WORKCENTER_BENCH_REDIS_URL", DEFAULT_REDIS_URL)
+                              if args.db == "postgres" else None)
+    harness.fresh_database(args.db, harness.bench_pg_url(DEFAULT_PG_URL))
+    if args.db == "postgres":  # this process's connection, left out of the server's count (opened next)
         from django.db import connection
 
         connection.settings_dict.setdefault("OPTIONS", {})["application_name"] = "dispatch-bench"
-    token = apibench.create_token()
+    token = harness.api_user("dispatch-bench", harness.RUNNER)
     logdir = tempfile.TemporaryDirectory(prefix="wc-dispatch-")
     # the P workers share one token: the server lets them all wait (else past the bound they get 429)
     bound = str(max(64, args.parked))
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", WORKCENTER_LOG_LEVEL="WARNING",
-               WORKCENTER_LONG_POLL_MAX_PER_TOKEN=bound, WORKCENTER_LONG_POLL_MAX_PER_PROCESS=str(max(400, args.parked)),
-               **apibench.production_env())
-    server, url = apibench.start_server("workcenter.asgi:application", Path(logdir.name) / "daphne.log", env=env)
-    dispatcher_env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", WC_REPO=str(REPO),
+    env = harness.server_env(WORKCENTER_LONG_POLL_MAX_PER_TOKEN=bound,
+                             WORKCENTER_LONG_POLL_MAX_PER_PROCESS=str(max(400, args.parked)))
+    server = harness.start_server(Path(logdir.name) / "daphne.log", env=env)
+    url = server.url
+    dispatcher_env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", WC_REPO=str(harness.REPO),
                           WORKCENTER_LOG_LEVEL="WARNING")
     print(f"Work Center dispatch benchmark: {args.db}{' + Redis' if args.db == 'postgres' else ' (in-memory layer)'}, "
           f"{args.parked} workers, {args.dispatches} actions made claimable one at a time by another process")
@@ -240,18 +219,15 @@ def main(argv=None) -> int:
               f"p99 {polling['dispatch_p99_ms']} ms ({polling['claimed']}/{polling['dispatches']} claimed); "
               f"failed claims per dispatch {polling['failed_claims_per_dispatch']}, client errors {polling['client_errors']}")
     finally:
-        apibench.stop_servers([server])
+        harness.stop(server)
         logdir.cleanup()
-        if tmp is not None:
-            tmp.cleanup()
     out = {"parked": args.parked, "dispatch_p50_ms": parked["dispatch_p50_ms"],
            "dispatch_p99_ms": parked["dispatch_p99_ms"], "threads_busy_max": parked["threads_busy_max"],
            "db_connections_max": parked["db_connections_max"],
            "failed_claims_per_dispatch": parked["failed_claims_per_dispatch"], "db": args.db,
            "claimed": parked["claimed"], "dispatches": parked["dispatches"],
            "polling": {"poll_ms": args.poll_ms, **polling}}
-    if args.json:
-        print(json.dumps(out))
+    harness.emit(out, args.json)
     return 0
 
 

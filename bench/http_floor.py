@@ -21,7 +21,6 @@ divided by S. With `--service-actions-per-s S` it prints both, for each floor.
 """
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
@@ -30,11 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
-
-import api as apibench  # noqa: E402  (bench/api.py: start_server, stop_servers)
+import harness  # bench/harness.py, found beside this script (it also puts the checkout on sys.path)
 
 APP = '''
 BODY = b"{}"
@@ -84,8 +79,7 @@ def time_requests(url: str, method: str, path: str, body: bytes | None, n: int) 
 
 def report(label: str, times: list[float], service: float | None) -> dict:
     floor_ms = sum(times) / len(times) * 1000
-    out = {"floor_ms_per_request": round(floor_ms, 3), "p50_ms": round(times[len(times) // 2] * 1000, 3),
-           "p99_ms": round(times[int(len(times) * 0.99) - 1] * 1000, 3)}
+    out = {"floor_ms_per_request": round(floor_ms, 3), **harness.p50_p99(times)}
     print(f"{label}: {floor_ms:.3f} ms/request (p50 {out['p50_ms']} ms, p99 {out['p99_ms']} ms), "
           f"{1000 / floor_ms:.0f} requests/s")
     if service:
@@ -97,11 +91,10 @@ def report(label: str, times: list[float], service: float | None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = harness.argument_parser(__doc__)
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--body-kb", type=float, default=25.0)
     ap.add_argument("--service-actions-per-s", type=float, default=None)
-    ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.requests < 1 or args.body_kb < 0:
         ap.error("--requests must be positive and --body-kb not negative")
@@ -113,28 +106,26 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"body_kb": args.body_kb}
 
     logs = Path(tmp.name)
-    server, url = apibench.start_server("floor_app:app", logs / "bare.log", cwd=logs,
-                                        env=dict(os.environ, PYTHONPATH=tmp.name))
+    server = harness.start_server(logs / "bare.log", app="floor_app:app", cwd=logs,
+                                  env=dict(os.environ, PYTHONPATH=tmp.name))
     try:
-        bare = time_requests(url, "POST", "/api/v1/claims", payload, args.requests)
+        bare = time_requests(server.url, "POST", "/api/v1/claims", payload, args.requests)
     finally:
-        apibench.stop_servers([server])
+        harness.stop(server)
     out["bare"] = report(f"daphne, bare ASGI app, {args.body_kb:g} KB bodies, one keep-alive client", bare,
                          args.service_actions_per_s)
 
     # Work Center's stack; the 404 reads no database (a throwaway SQLite path keeps it that way)
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", **apibench.production_env(),
-               DATABASE_URL=f"sqlite:///{Path(tmp.name) / 'unused.sqlite3'}", WORKCENTER_LOG_LEVEL="WARNING")
-    server, url = apibench.start_server("workcenter.asgi:application", logs / "stack.log", env=env)
+    env = harness.server_env(DATABASE_URL=f"sqlite:///{Path(tmp.name) / 'unused.sqlite3'}")
+    server = harness.start_server(logs / "stack.log", env=env)
     try:
         # a GET: Django's CSRF check would answer a POST outside the API's routes with an HTML 403
-        stack = time_requests(url, "GET", "/api/v1/no-such-route", None, args.requests)
+        stack = time_requests(server.url, "GET", "/api/v1/no-such-route", None, args.requests)
     finally:
-        apibench.stop_servers([server])
+        harness.stop(server)
     out["django_404"] = report("daphne + Django's request cycle (workcenter.asgi), a 404 that runs no API code", stack,
                                args.service_actions_per_s)
-    if args.json:
-        print(json.dumps(out))
+    harness.emit(out, args.json)
     return 0
 
 

@@ -15,7 +15,7 @@ What runs (everything on 127.0.0.1, every process started here and stopped at ex
 * set-up, before the clock: N busy graph items (a chain of stages long enough for the run, built
   as bench/claims.py builds them) and 120 draft items (so the list page holds a full page), a
   user with `view_workitem` and an API token.
-* ONE daphne process (`python -m daphne workcenter.asgi:application`, tests/live.py).
+* ONE daphne process (`python -m daphne workcenter.asgi:application`, bench/harness.py).
 * K websocket clients in this process (asyncio + `websockets`, `Authorization: Bearer`), as the
   dashboard's pages: max(1, K // 11) list watchers on /ws/work-items/, the rest item watchers on
   /ws/work-items/<id>/, dealt round-robin over the N busy items.
@@ -73,24 +73,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
-import http.client
 import json
 import math
 import os
-import secrets
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-BENCH = Path(__file__).resolve().parent
-for _p in (str(REPO), str(BENCH)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import claims as svcbench  # noqa: E402  (bench/claims.py: prepare_database, django_setup, Builder, pct)
+import harness  # bench/harness.py, found beside this script (it also puts the checkout on sys.path)
+import claims as svcbench  # bench/claims.py: its item builder and submit result
 
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/workcenter_watch_bench"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/12"
@@ -105,8 +98,7 @@ LEASE_MS = 3_600_000
 CREATE_EVERY = 10           # every 10th appended call creates a draft item
 
 
-def log(msg: str) -> None:
-    print(msg, flush=True)
+log = harness.log
 
 
 def cpu_seconds(pid: int) -> float:
@@ -122,7 +114,7 @@ def cpu_seconds(pid: int) -> float:
 def appender_main(args) -> int:
     """Set up Django, say "ready", wait for "go" on stdin, append at `--rate` for `--seconds`,
     write the commit log (JSON) to `--log`."""
-    svcbench.django_setup()
+    harness.django_setup()
     import logging
 
     from workcenter import services
@@ -407,42 +399,17 @@ async def sweeper(watchers: list[ItemWatcher], stop: asyncio.Event) -> None:
 # --------------------------------------------------------------------------- set-up and run
 
 
-def http_get(port: int, path: str, token: str) -> dict:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("GET", path, headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
-        resp = conn.getresponse()
-        body = resp.read()
-        if resp.status != 200:
-            raise RuntimeError(f"GET {path} -> {resp.status}: {body[:300]!r}")
-        return json.loads(body)
-    finally:
-        conn.close()
-
-
-def setup(args) -> tuple[str, list[str], object]:
-    """Fresh database, migrated; user + token; busy and draft items. Returns (token, busy ids, tmp)."""
-    os.environ["DJANGO_DEBUG"] = "0"
-    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
-    os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
-    os.environ.setdefault("WORKCENTER_LOG_LEVEL", "WARNING")
-    if args.db == "postgres":
-        url = os.environ.get("DATABASE_URL", "")
-        if not (url.startswith(("postgres://", "postgresql://")) and "bench" in url.rsplit("/", 1)[-1]):
-            os.environ["DATABASE_URL"] = DEFAULT_PG_URL
-        os.environ["REDIS_URL"] = os.environ.get("WORKCENTER_WATCH_BENCH_REDIS_URL", DEFAULT_REDIS_URL)
-        import redis
-
-        redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
-    else:
-        os.environ.pop("REDIS_URL", None)
-    tmp = svcbench.prepare_database(args.db)
-    svcbench.django_setup()
+def setup(args) -> tuple[str, list[str]]:
+    """Fresh database, migrated; user + token; busy and draft items. Returns (token, busy ids)."""
+    harness.production_settings()
+    harness.use_channel_layer(os.environ.get("WORKCENTER_WATCH_BENCH_REDIS_URL", DEFAULT_REDIS_URL)
+                              if args.db == "postgres" else None)
+    harness.fresh_database(args.db, harness.bench_pg_url(DEFAULT_PG_URL))
     from django.db import connections
 
     from workcenter import services
 
-    token = svcbench.migrate_with_viewer("watch-bench")
+    token = harness.api_user("watch-bench")
     for i in range(FILLER_ITEMS):
         services.work_item_create(title=f"watch bench filler {i}", goal="a row", start=False, actor="bench")
     # long enough that the busy items do not finish: two events per action, 90% of the calls
@@ -450,14 +417,14 @@ def setup(args) -> tuple[str, list[str], object]:
     stages = [(f"s{i}", [f"s{i - 1}"] if i else []) for i in range(min(max(per_item, 6), 200))]
     busy = svcbench.Builder().create("watch-chain", stages, args.items)
     connections.close_all()
-    return token, busy, tmp
+    return token, busy
 
 
 async def run_clients(args, port: int, token: str, busy: list[str], appender: subprocess.Popen,
                       daphne_pid: int, commit_log: Path) -> dict:
     n_list = max(1, args.watchers // 11)
     n_item = max(0, args.watchers - n_list)
-    rows = (await asyncio.to_thread(http_get, port, f"/api/v1/work-items?limit={LIST_PAGE}", token))["items"]
+    rows = (await asyncio.to_thread(harness.http_get, port, f"/api/v1/work-items?limit={LIST_PAGE}", token))["items"]
     base = f"ws://127.0.0.1:{port}/ws/work-items/"
     lists = [ListWatcher(base, token, list(rows)) for _ in range(n_list)]
     items = [ItemWatcher(f"{base}{busy[i % len(busy)]}/", token, busy[i % len(busy)]) for i in range(n_item)]
@@ -512,7 +479,7 @@ async def run_clients(args, port: int, token: str, busy: list[str], appender: su
 
 def report(args, res: dict, daphne_log: Path) -> dict:
     lists, items, committed = res["lists"], res["items"], res["committed"]
-    pct = svcbench.pct
+    pct = harness.pct
     ids = sorted(committed)
     events = len(ids)
     latencies: list[float] = []
@@ -571,8 +538,7 @@ def report(args, res: dict, daphne_log: Path) -> dict:
         "watchers": args.watchers,
         "events_per_s": round(events / span, 2) if span > 0 else 0.0,
         "http_requests_per_event": round(sum(reasons.values()) / events, 3) if events else None,
-        "p50_ms": round(pct(latencies, 0.5) * 1000, 1) if latencies else None,
-        "p99_ms": round(pct(latencies, 0.99) * 1000, 1) if latencies else None,
+        **harness.p50_p99(latencies, digits=1),
         "server_cpu_ms_per_event": round(res["cpu"] * 1000 / events, 2) if events else None,
         "db": args.db,
         "layer": "redis" if args.db == "postgres" else "memory",
@@ -631,13 +597,11 @@ def report(args, res: dict, daphne_log: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    ap = harness.argument_parser(__doc__, db=True)
     ap.add_argument("--watchers", type=int, default=10, help="K websocket clients (default 10)")
     ap.add_argument("--rate", type=float, default=20.0, help="events appended per second (default 20)")
     ap.add_argument("--seconds", type=float, default=20.0, help="how long to append (default 20)")
     ap.add_argument("--items", type=int, default=10, help="busy items the item watchers watch (default 10)")
-    ap.add_argument("--json", action="store_true", help="print the figures as one JSON object, last line")
     ap.add_argument("--appender", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--log", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -646,31 +610,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.watchers < 1 or args.items < 1 or args.rate <= 0 or args.seconds <= 0:
         ap.error("--watchers, --items, --rate and --seconds must be positive")
 
-    token, busy, tmp = setup(args)
-    from tests.live import free_port, start_daphne, stop_process  # noqa: E402  (needs the settings)
-
+    token, busy = setup(args)
     workdir = Path(tempfile.mkdtemp(prefix="wc-watch-bench-"))
     daphne_log, commit_log = workdir / "daphne.log", workdir / "commits.json"
-    port = free_port()
     daphne = appender = None
     try:
-        with open(daphne_log, "wb") as fh:
-            daphne = start_daphne(port, {"DJANGO_DEBUG": "0"}, stdout=fh)
+        daphne = harness.start_server(daphne_log, env=harness.server_env())
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         appender = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--appender",
                                      "--rate", str(args.rate), "--seconds", str(args.seconds),
                                      "--items", str(args.items), "--log", str(commit_log)],
-                                    cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        res = asyncio.run(run_clients(args, port, token, busy, appender, daphne.pid, commit_log))
+                                    cwd=harness.REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        res = asyncio.run(run_clients(args, daphne.port, token, busy, appender, daphne.pid, commit_log))
         out = report(args, res, daphne_log)
         log(f"server log and commit log kept in {workdir}")
     finally:
-        stop_process(appender)
-        stop_process(daphne)
-        if tmp is not None:
-            tmp.cleanup()
-    if args.json:
-        print(json.dumps(out), flush=True)
+        harness.stop(appender, daphne)
+    harness.emit(out, args.json)
     return 0
 
 

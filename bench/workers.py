@@ -40,28 +40,18 @@ figures above and db, runs_last_hour, held, seconds, hello_ms.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
-import http.client
 import json
 import os
 import random
-import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-BENCH = Path(__file__).resolve().parent
-for _p in (str(REPO), str(BENCH)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import claims as svcbench  # noqa: E402  (bench/claims.py: prepare_database, django_setup)
+import harness  # bench/harness.py, found beside this script (it also puts the checkout on sys.path)
 
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/workcenter_workers_bench"
 BOOTS = 8
@@ -69,8 +59,7 @@ LEASE_MS = 3_600_000  # the held runs: no lease expires during the run
 RENEW_GAP = (1.0, 1.6)  # seconds between two renewals, at random: no phase lock with the server's tick
 
 
-def log(msg: str) -> None:
-    print(msg, flush=True)
+log = harness.log
 
 
 def cpu_seconds(pid: int) -> float:
@@ -88,33 +77,18 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
-def setup(args) -> tuple[str, list, object]:
+def setup(args) -> tuple[str, list]:
     """Fresh database, migrated; user + token; the hour's runs; the held runs. Returns (token,
-    claims, tmp)."""
-    os.environ["DJANGO_DEBUG"] = "0"
-    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
-    os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
-    os.environ.setdefault("WORKCENTER_LOG_LEVEL", "WARNING")
-    os.environ.pop("REDIS_URL", None)
-    if args.db == "postgres":
-        url = os.environ.get("DATABASE_URL", "")
-        if not (url.startswith(("postgres://", "postgresql://")) and "bench" in url.rsplit("/", 1)[-1]):
-            os.environ["DATABASE_URL"] = DEFAULT_PG_URL
-    tmp = svcbench.prepare_database(args.db)
-    svcbench.django_setup()
+    claims)."""
+    harness.production_settings()
+    harness.use_channel_layer(None)
+    harness.fresh_database(args.db, harness.bench_pg_url(DEFAULT_PG_URL))
     from django.db import connection, connections
 
     from workcenter import clock, services
     from workcenter.models import Run
 
-    token = svcbench.migrate_with_viewer("workers-bench")
+    token = harness.api_user("workers-bench")
     started = time.perf_counter()
     item = services.work_item_create(title="the hour's runs", goal="g", work_item_type="software-change", actor="bench")
     first = services.action_claim(owner_boot_id="bench-setup", lease_ms=LEASE_MS)
@@ -139,34 +113,7 @@ def setup(args) -> tuple[str, list, object]:
     log(f"set-up: {args.runs:,} runs ended in the last hour by {BOOTS} boot ids, {args.held} held, "
         f"in {time.perf_counter() - started:.1f} s")
     connections.close_all()
-    return token, claims, tmp
-
-
-def start_server(port: int, repo: Path, stdout) -> subprocess.Popen:
-    from tests.live import port_open, stop_process, wait_until  # noqa: E402  (needs the settings)
-
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DJANGO_DEBUG": "0"}
-    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "workcenter.asgi:application"], cwd=repo, env=env, stdout=stdout,
-                            stderr=subprocess.STDOUT)
-    if not wait_until(lambda: port_open(port) or proc.poll() is not None, 60, 0.1) or proc.poll() is not None:
-        stop_process(proc)
-        raise RuntimeError(f"daphne did not start on port {port}")
-    return proc
-
-
-def http_get(port: int, path: str, token: str) -> dict:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("GET", path, headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
-        response = conn.getresponse()
-        body = response.read()
-        if response.status != 200:
-            raise RuntimeError(f"GET {path}: {response.status} {body[:200]!r}")
-        return json.loads(body)
-    finally:
-        conn.close()
+    return token, claims
 
 
 def renew(claim) -> tuple[str, float]:
@@ -250,24 +197,24 @@ async def push_phase(args, port: int, token: str, claims: list, pid: int) -> dic
             await asyncio.sleep(random.uniform(*RENEW_GAP))
         cpu3 = cpu_seconds(pid)
         task.cancel()
-    log(f"push: {args.renewals} renewals: on the page after p50 {pct(latencies, 0.5):.0f} ms, "
-        f"p99 {pct(latencies, 0.99):.0f} ms (max {max(latencies, default=0):.0f}); {missing} not pushed; "
+    log(f"push: {args.renewals} renewals: on the page after p50 {harness.pct(latencies, 0.5):.0f} ms, "
+        f"p99 {harness.pct(latencies, 0.99):.0f} ms (max {max(latencies, default=0):.0f}); {missing} not pushed; "
         f"server CPU during them {(cpu3 - cpu2) * 1000:.0f} ms")
     return {"hello_ms": round(hello_ms, 1), "idle_server_cpu_ms_per_min": round(idle_cpu, 1),
             "idle_messages": idle_messages, "renewals": args.renewals,
-            "update_p50_ms": round(pct(latencies, 0.5) or 0, 1), "update_p99_ms": round(pct(latencies, 0.99) or 0, 1),
+            **harness.p50_p99(latencies, "update", scale=1, digits=1),  # latencies in ms
             "update_max_ms": round(max(latencies, default=0), 1),
             "update_mean_ms": round(statistics.mean(latencies), 1) if latencies else None,
             "http_requests_per_update": missing / max(1, args.renewals)}
 
 
 def poll_phase(args, port: int, token: str, pid: int) -> dict:
-    http_get(port, "/api/v1/workers", token)  # warm
+    harness.http_get(port, "/api/v1/workers", token)  # warm
     period = args.poll_ms / 1000
     cpu0, w0, n = cpu_seconds(pid), time.monotonic(), 0
     while time.monotonic() - w0 < args.seconds:
         started = time.monotonic()
-        http_get(port, "/api/v1/workers", token)
+        harness.http_get(port, "/api/v1/workers", token)
         n += 1
         time.sleep(max(0.0, period - (time.monotonic() - started)))
     cpu1, window = cpu_seconds(pid), time.monotonic() - w0
@@ -281,31 +228,26 @@ def poll_phase(args, port: int, token: str, pid: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    ap = harness.argument_parser(__doc__, db=True)
     ap.add_argument("--runs", type=int, default=20_000, help="runs ended in the last hour (default 20,000)")
     ap.add_argument("--held", type=int, default=4, help="held runs, one boot id each (default 4)")
     ap.add_argument("--seconds", type=float, default=60.0, help="length of each idle window (default 60)")
     ap.add_argument("--renewals", type=int, default=10, help="renewals timed (default 10)")
     ap.add_argument("--mode", choices=("push", "poll", "both"), default="both")
     ap.add_argument("--poll-ms", type=int, default=500, help="the poll phase's period (default 500)")
-    ap.add_argument("--server-repo", type=Path, default=REPO, help="the checkout daphne runs from")
-    ap.add_argument("--json", action="store_true", help="print the figures as one JSON object, last line")
+    ap.add_argument("--server-repo", type=Path, default=harness.REPO, help="the checkout daphne runs from")
     args = ap.parse_args(argv)
     if args.runs < 0 or args.held < 1 or args.seconds <= 0 or args.renewals < 1 or args.poll_ms < 1:
         ap.error("--held, --seconds, --renewals and --poll-ms must be positive, --runs not negative")
 
-    token, claims, tmp = setup(args)
-    from tests.live import free_port, stop_process  # noqa: E402  (needs the settings)
-
+    token, claims = setup(args)
     workdir = Path(tempfile.mkdtemp(prefix="wc-workers-bench-"))
     daphne_log = workdir / "daphne.log"
-    port = free_port()
     daphne = None
     out = {"db": args.db, "runs_last_hour": args.runs, "held": args.held, "seconds": args.seconds}
     try:
-        with open(daphne_log, "wb") as fh:
-            daphne = start_server(port, args.server_repo, fh)
+        daphne = harness.start_server(daphne_log, cwd=args.server_repo, env=harness.server_env())
+        port = daphne.port
         time.sleep(1.0)
         cpu0, w0 = cpu_seconds(daphne.pid), time.monotonic()
         time.sleep(min(10.0, args.seconds))
@@ -319,11 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             out.update(poll_phase(args, port, token, daphne.pid))
         log(f"server log kept in {daphne_log}")
     finally:
-        stop_process(daphne)
-        if tmp is not None:
-            tmp.cleanup()
-    if args.json:
-        print(json.dumps(out), flush=True)
+        harness.stop(daphne)
+    harness.emit(out, args.json)
     return 0
 
 

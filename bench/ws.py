@@ -25,23 +25,14 @@ With --json the last line printed is one JSON object {"events", "p50_ms", "p99_m
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import multiprocessing as mp
 import os
-import secrets
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-BENCH = Path(__file__).resolve().parent
-for p in (str(REPO), str(BENCH)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
-
-import claims as svcbench  # noqa: E402  (bench/claims.py: prepare_database, django_setup, pct, ms)
+import harness  # bench/harness.py, found beside this script (it also puts the checkout on sys.path)
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/3"
 
@@ -80,31 +71,20 @@ def client_main(url: str, count: int, connected, result_q) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = harness.argument_parser(__doc__)
     ap.add_argument("--layer", choices=("memory", "redis"), default="memory")
     ap.add_argument("--events", type=int, default=1000)
     ap.add_argument("--interval-ms", type=float, default=5.0, help="pause between commits (default 5)")
-    ap.add_argument("--json", action="store_true", help="print the figures as one JSON object, last line")
     ap.add_argument("--breakdown", action="store_true",
                     help="also time the stages: publish (render + hand-off), consumer dispatch, send")
     args = ap.parse_args(argv)
 
-    tmp = svcbench.prepare_database("sqlite")
-    if args.layer == "redis":
-        os.environ["REDIS_URL"] = os.environ.get("WORKCENTER_BENCH_REDIS_URL", DEFAULT_REDIS_URL)
-        import redis
-
-        redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
-    else:
-        os.environ.pop("REDIS_URL", None)
-    os.environ.setdefault("WORKCENTER_LOG_LEVEL", "WARNING")
-    # debug off (svcbench.django_setup): the server refuses the development key and any host
-    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
-    os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
-    svcbench.django_setup()
-
+    harness.use_channel_layer(os.environ.get("WORKCENTER_BENCH_REDIS_URL", DEFAULT_REDIS_URL)
+                              if args.layer == "redis" else None)
+    harness.production_settings()  # the server runs in this process
+    harness.fresh_database("sqlite")
+    token = harness.api_user("bench")
     from django.conf import settings
-    token = svcbench.migrate_with_viewer("bench")
     from django.db import connections
 
     connections.close_all()  # the server's threads open their own
@@ -141,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
         WorkItemStreamConsumer.stream_event = timed_stream_event
 
-    port = free_port()
+    port = harness.free_port()
     ctx = mp.get_context("spawn")
     connected, result_q = ctx.Event(), ctx.Queue()
     client = ctx.Process(target=client_main, args=(f"ws://127.0.0.1:{port}/ws/work-items/?token={token}",
@@ -170,8 +150,6 @@ def main(argv: list[str] | None = None) -> int:
                     verbosity=0, ready_callable=lambda: asyncio.ensure_future(drive()))
     server.run()
     client.join(10)
-    if tmp is not None:
-        tmp.cleanup()
     if "error" in outcome:
         raise outcome["error"]
 
@@ -179,31 +157,21 @@ def main(argv: list[str] | None = None) -> int:
     ids = [i for i, _ in outcome["arrivals"]]
     assert ids == sorted(set(ids)), "events arrived out of order or twice"
     assert len(latencies) == args.events, (len(latencies), args.events)
-    res = {"events": len(latencies), "p50_ms": svcbench.ms(svcbench.pct(latencies, 0.50)),
-           "p99_ms": svcbench.ms(svcbench.pct(latencies, 0.99))}
+    res = {"events": len(latencies), **harness.p50_p99(latencies)}
     print(f"layer {args.layer} ({backend}), {args.events} events, one commit every {args.interval_ms} ms")
     print(f"commit -> websocket client: p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, "
-          f"max {svcbench.ms(max(latencies))} ms")
+          f"max {harness.ms(max(latencies))} ms")
     if args.breakdown:
         arrived = dict(outcome["arrivals"])
         previous = commit_times
         for name, times in [*stages.items(), ("received", arrived)]:
             d = [times[i] - previous[i] for i in times if i in previous]
-            print(f"  {name:<10} +p50 {svcbench.ms(svcbench.pct(d, 0.5))} ms  +p99 {svcbench.ms(svcbench.pct(d, 0.99))} ms")
+            print(f"  {name:<10} +p50 {harness.ms(harness.pct(d, 0.5))} ms  +p99 {harness.ms(harness.pct(d, 0.99))} ms")
             previous = times
     target = 10.0 if args.layer == "memory" else 20.0
     print(f"target p99 <= {target} ms: {'met' if res['p99_ms'] <= target else 'MISSED'}")
-    if args.json:
-        print(json.dumps(res))
+    harness.emit(res, args.json)
     return 0
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":
