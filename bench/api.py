@@ -13,8 +13,7 @@ every action is done, timing each call (request sent until the body is parsed).
 
 Without --url it runs its own server: a fresh database (`--db sqlite`: a temporary SQLite file;
 `--db postgres`: DATABASE_URL when it names a PostgreSQL database whose name contains "bench", else
-postgres://postgres@127.0.0.1:5432/workcenter_apibench; dropped and recreated),
-`python manage.py migrate`, a user holding view_workitem/change_workitem/run_actions with an API
+postgres://postgres@127.0.0.1:5432/workcenter_apibench; dropped and recreated) and migrated, a user holding view_workitem/change_workitem/run_actions with an API
 token, and `python -m daphne workcenter.asgi:application` on a free port (one process by default;
 `--servers K` starts K daphne processes on K ports and spreads the clients over them; the output
 says so). With --url and --token it drives that server; the items are then created in the database
@@ -40,121 +39,39 @@ actions/s and ratio ("actions_per_s_each", "ratio_to_floor_each", "rounds").
 """
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing as mp
 import os
-import secrets
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-BENCH = Path(__file__).resolve().parent
-for p in (str(REPO), str(BENCH)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
-
-import claims as svcbench  # noqa: E402  (bench/claims.py: Builder, GRAPH, prepare_database, ...)
-from workcenter.worker import HttpStore  # noqa: E402  (the HTTP workers' own client)
+import harness  # bench/harness.py, found beside this script (it also puts the checkout on sys.path)
+import claims as svcbench  # bench/claims.py: its workload (Builder, GRAPH, RESULT, timed_loop, run_parallel)
+from workcenter.worker import HttpStore  # the HTTP workers' own client
 
 PG_URL = "postgres://postgres@127.0.0.1:5432/workcenter_apibench"
 LONG_LEASE_MS = svcbench.LONG_LEASE_MS
 SUBMIT_BODY = dict(svcbench.RESULT)
 MAX_EMPTY_RETRIES = 500  # a client that gets 204 while actions remain sleeps 2 ms and retries
-SERVER_START_TIMEOUT = 60.0
 
 
-def pg_url() -> str:
-    """DATABASE_URL when it is a PostgreSQL bench database (so concurrent runs can use their own)."""
-    url = os.environ.get("DATABASE_URL", "")
-    if url.startswith(("postgres://", "postgresql://")) and "bench" in url.rsplit("/", 1)[-1]:
-        return url
-    return PG_URL
+# --------------------------------------------------------------------------- servers
 
 
-# --------------------------------------------------------------------------- server
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"daphne exited with {proc.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    sys.exit(f"daphne did not listen on port {port} within {SERVER_START_TIMEOUT:.0f} s")
-
-
-def production_env() -> dict[str, str]:
-    """Debug off, as in production: a server then refuses the development key and any host."""
-    return {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
-            "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost"}
-
-
-def start_server(app: str, log: Path, *, cwd: Path = REPO, env: dict | None = None) -> tuple[subprocess.Popen, str]:
-    """`python -m daphne APP` on a free local port, its output in `log`; (process, base URL) once
-    it listens."""
-    port = free_port()
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app],
-                                cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
-    wait_for_port(port, proc, log)
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def start_servers(count: int, logdir: Path) -> tuple[list[subprocess.Popen], list[str]]:
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="workcenter.settings", WORKCENTER_LOG_LEVEL="WARNING",
-               **production_env())
-    procs, urls = [], []
-    for i in range(count):
-        proc, url = start_server("workcenter.asgi:application", logdir / f"daphne-{i}.log", env=env)
-        procs.append(proc)
-        urls.append(url)
-    return procs, urls
-
-
-def stop_servers(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+def start_servers(count: int, logdir: Path) -> list[harness.Server]:
+    env = harness.server_env()
+    return [harness.start_server(logdir / f"daphne-{i}.log", env=env) for i in range(count)]
 
 
 # --------------------------------------------------------------------------- set-up
 
 
 def create_token() -> str:
-    from django.contrib.auth.models import Permission, User
-
-    from workcenter.auth import api_token_create
-
-    user, _ = User.objects.get_or_create(username="apibench")
-    perms = Permission.objects.filter(content_type__app_label="workcenter",
-                                      codename__in=["view_workitem", "change_workitem", "run_actions"])
-    if perms.count() != 3:
-        sys.exit("the workcenter permissions view_workitem/change_workitem/run_actions are missing")
-    user.user_permissions.set(perms)
-    _, raw = api_token_create(user=user, name=f"apibench-{os.getpid()}-{time.time_ns()}")
-    return raw
+    """A user who may run actions, and a token of a name of its own (a server given with --url may
+    hold this user's earlier ones)."""
+    return harness.api_user("apibench", harness.RUNNER, token_name=f"apibench-{os.getpid()}-{time.time_ns()}")
 
 
 def create_items(n: int) -> None:
@@ -227,16 +144,9 @@ def run_clients(workers: int, urls: list[str], token: str, total: int | None,
 
 def http_floor() -> dict | None:
     """bench/http_floor.py in this run: the least a request costs (daphne + Django, a 404)."""
-    cmd = [sys.executable, str(REPO / "bench" / "http_floor.py"), "--requests", "2000", "--json"]
+    cmd = [sys.executable, str(harness.REPO / "bench" / "http_floor.py"), "--requests", "2000", "--json"]
     print(f"\nHTTP floor, same run: {' '.join(cmd[1:])}")
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    for line in proc.stdout.strip().splitlines()[:-1]:
-        print(f"  | {line}")
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        print(f"  bench/http_floor.py failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-        return None
+    return harness.run_json(cmd)
 
 
 # --------------------------------------------------------------------------- comparison
@@ -247,31 +157,20 @@ def service_layer(db: str, items: int, workers: int) -> dict | None:
     env = dict(os.environ)
     env.pop("DATABASE_URL", None)  # claims.py makes its own: a temp SQLite file, or on PostgreSQL
     if db == "postgres":           # <our database>_svc (dropped and recreated by claims.py)
-        env["DATABASE_URL"] = pg_url() + "_svc"
-    cmd = [sys.executable, str(BENCH / "claims.py"), "--db", db, "--items", str(items),
+        env["DATABASE_URL"] = harness.bench_pg_url(PG_URL) + "_svc"
+    cmd = [sys.executable, str(harness.REPO / "bench" / "claims.py"), "--db", db, "--items", str(items),
            "--workers", str(workers), "--json"]
     print(f"\nService layer, same run: {' '.join(cmd[1:])}")
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    for line in proc.stdout.splitlines()[:-1]:
-        print(f"  | {line}")
-    if proc.returncode != 0:
-        print(f"  bench/claims.py failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        return None
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        print(f"  could not parse bench/claims.py output:\n{proc.stdout[-2000:]}")
-        return None
+    return harness.run_json(cmd, env=env)
 
 
 # --------------------------------------------------------------------------- main
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = harness.argument_parser(__doc__, db=True)
     ap.add_argument("--url", help="base URL of a running server (default: start daphne here)")
     ap.add_argument("--token", help="API token holding run_actions (with --url)")
-    ap.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     ap.add_argument("--items", type=int, default=200, help="graph work items to drive (default 200)")
     ap.add_argument("--workers", type=int, default=1, help="concurrent client processes (default 1)")
     ap.add_argument("--servers", type=int, default=1,
@@ -279,7 +178,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-compare", action="store_true", help="skip the bench/claims.py comparison")
     ap.add_argument("--rounds", type=int, default=1,
                     help="repeat the whole measurement (HTTP, service layer, floor) and report medians")
-    ap.add_argument("--json", action="store_true", help="print the figures as one JSON object, last line")
     ap.add_argument("--no-claim-next", action="store_true",
                     help="claim with a request of its own after each submission (as before claim_next)")
     args = ap.parse_args(argv)
@@ -299,17 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         rounds = []
         for i in range(args.rounds):
             print(f"\n=== round {i + 1} of {args.rounds} ===", flush=True)
-            proc = subprocess.run([sys.executable, __file__, *argv, "--rounds", "1", "--json"], cwd=REPO,
-                                  capture_output=True, text=True)
-            lines = proc.stdout.strip().splitlines()
-            print("\n".join(lines[:-1]), flush=True)
-            if proc.returncode != 0 or not lines:
-                print(f"round {i + 1} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+            one = harness.run_json([sys.executable, __file__, *argv, "--rounds", "1", "--json"], echo="")
+            if one is None:
+                print(f"round {i + 1} failed")
                 return 1
-            rounds.append(json.loads(lines[-1]))
+            rounds.append(one)
         res = combine(rounds)
-    if args.json:
-        print(json.dumps(res))
+    harness.emit(res, args.json)
     return 0
 
 
@@ -334,21 +228,16 @@ def one_round(args) -> dict:
     """One measurement: the HTTP run, then (unless --no-compare) the service layer and the floor."""
     os.environ["DJANGO_SETTINGS_MODULE"] = "workcenter.settings"
     os.environ.setdefault("DJANGO_DEBUG", "0")
-    tmp = None
     logdir = tempfile.TemporaryDirectory(prefix="wc-apibench-logs-")
-    servers: list[subprocess.Popen] = []
+    servers: list[harness.Server] = []
     try:
         if args.url:
             urls, token = [args.url.rstrip("/")], args.token
-            svcbench.django_setup()
+            harness.django_setup()
             where = f"server {args.url}"
         else:
-            if args.db == "postgres":
-                os.environ["DATABASE_URL"] = pg_url()
-            tmp = svcbench.prepare_database(args.db)  # fresh temp SQLite / dropped+recreated PG database
-            subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=REPO,
-                           env=os.environ, check=True)
-            svcbench.django_setup()
+            # fresh temp SQLite / dropped+recreated PG database, migrated
+            harness.fresh_database(args.db, harness.bench_pg_url(PG_URL))
             token = create_token()
             n_srv = args.servers
             where = f"{n_srv} daphne process{'es' if n_srv > 1 else ''} (own server)"
@@ -359,7 +248,8 @@ def one_round(args) -> dict:
         create_items(args.items)
         connections.close_all()
         if not args.url:
-            servers, urls = start_servers(args.servers, Path(logdir.name))
+            servers = start_servers(args.servers, Path(logdir.name))
+            urls = [s.url for s in servers]
             print(f"  server(s): {', '.join(urls)}")
 
         total = args.items * len(svcbench.GRAPH)
@@ -369,10 +259,8 @@ def one_round(args) -> dict:
         n = len(timings["claims"])
         res = {
             "actions_per_s": round(n / wall, 3),
-            "claim_p50_ms": svcbench.ms(svcbench.pct(timings["claims"], 0.5)),
-            "claim_p99_ms": svcbench.ms(svcbench.pct(timings["claims"], 0.99)),
-            "submit_p50_ms": svcbench.ms(svcbench.pct(timings["submits"], 0.5)),
-            "submit_p99_ms": svcbench.ms(svcbench.pct(timings["submits"], 0.99)),
+            **harness.p50_p99(timings["claims"], "claim"),
+            **harness.p50_p99(timings["submits"], "submit"),
             "requests_per_action": round(timings["requests"] / n, 3) if n else None,
             "claim_next": not args.no_claim_next,
         }
@@ -383,10 +271,8 @@ def one_round(args) -> dict:
         print(f"  claim  p50 {res['claim_p50_ms']:.3f} ms  p99 {res['claim_p99_ms']:.3f} ms")
         print(f"  submit p50 {res['submit_p50_ms']:.3f} ms  p99 {res['submit_p99_ms']:.3f} ms")
     finally:
-        stop_servers(servers)
+        harness.stop(*servers)
         logdir.cleanup()
-        if tmp is not None:
-            tmp.cleanup()
 
     if not args.no_compare:
         svc = service_layer(args.db, args.items, args.workers)

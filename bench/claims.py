@@ -26,21 +26,14 @@ measure asynchronous commit, pass it as a connection option in the URL:
 """
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing as mp
 import os
 import queue
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import harness  # bench/harness.py, found beside this script (it also puts the checkout on sys.path)
 
-DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/workcenter_bench"
 BOOT_HOLDER = "bench-holder"
 LONG_LEASE_MS = 3_600_000
 RESULT = {"outcome": "completed", "summary": "ok", "evidence": ["bench"], "acceptance_checks": []}
@@ -57,57 +50,6 @@ BLOCKED_LEVELS = (100, 1_000, 10_000)
 LATENCY_CLAIMS = 200
 BATCH_ITEMS = 100
 MAX_EMPTY_RETRIES = 50  # a worker that finds nothing sleeps 2 ms and retries while items are unfinished
-
-
-def django_setup() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workcenter.settings")
-    # Production-like: with DEBUG on, Django records every query (CursorDebugWrapper).
-    os.environ.setdefault("DJANGO_DEBUG", "0")
-    import django
-
-    django.setup()
-
-
-def migrate_with_viewer(username: str) -> str:
-    """Migrate the fresh database and create `username`, who may watch (view_workitem), with an
-    API token of the same name; returns the token (after django_setup)."""
-    from django.contrib.auth.models import Permission, User
-    from django.core.management import call_command
-
-    from workcenter.auth import api_token_create
-
-    call_command("migrate", verbosity=0)
-    user = User.objects.create_user(username)
-    user.user_permissions.add(Permission.objects.get(content_type__app_label="workcenter", codename="view_workitem"))
-    return api_token_create(user=user, name=username)[1]
-
-
-# --------------------------------------------------------------------------- database set-up
-
-
-def prepare_database(db: str) -> tempfile.TemporaryDirectory | None:
-    """Point DATABASE_URL at a fresh database (before django.setup; children inherit it)."""
-    if db == "sqlite":
-        tmp = tempfile.TemporaryDirectory(prefix="wc-bench-")
-        os.environ["DATABASE_URL"] = f"sqlite:///{Path(tmp.name) / 'bench.sqlite3'}"
-        return tmp
-    url = os.environ.get("DATABASE_URL") or DEFAULT_PG_URL
-    if not url.startswith(("postgres://", "postgresql://", "pgsql://")):
-        sys.exit(f"--db postgres needs a PostgreSQL DATABASE_URL, got {url!r}")
-    import dj_database_url
-    import psycopg
-    from psycopg import sql
-
-    cfg = dj_database_url.parse(url)
-    name = cfg["NAME"]
-    if "bench" not in name:
-        sys.exit(f"refusing to drop and recreate database {name!r}: its name must contain 'bench'")
-    with psycopg.connect(host=cfg["HOST"] or None, port=cfg["PORT"] or None, user=cfg["USER"] or None,
-                         password=cfg["PASSWORD"] or None, dbname="postgres", autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    os.environ["DATABASE_URL"] = url
-    return None
 
 
 # --------------------------------------------------------------------------- building items
@@ -132,7 +74,6 @@ class Builder:
             return self.shapes[name]
         from workcenter.models import WorkItem
         from workcenter.domain import rules
-        from workcenter.services import graph
 
         wf = self.workflows
         snap = self.planning.planning_snapshot(wf.default_workflows(), None)
@@ -153,7 +94,6 @@ class Builder:
         from django.utils import timezone
 
         from workcenter.models import Action, WorkItem, WorkItemStatus, new_id
-        from workcenter.domain import rules
         from workcenter.services import graph
 
         snap, fields = self.shape(name, stages)
@@ -186,17 +126,6 @@ class Builder:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
-
-
-def ms(seconds: float) -> float:
-    return round(seconds * 1000.0, 3)
 
 
 def unfinished_graph_items() -> bool:
@@ -246,7 +175,7 @@ def drive(boot: str) -> dict:
 def worker_main(idx: int, ready_q, start_evt, result_q) -> None:
     """A worker process (spawn): own Django set-up, own connection."""
     try:
-        django_setup()
+        harness.django_setup()
         from django.db import connections
 
         connections.close_all()
@@ -373,9 +302,9 @@ def latency_by_blocked(builder: Builder) -> dict[str, float]:
                 sys.exit("latency phase: claim returned None")
             services.run_submit(run_id=c.run.pk, owner_boot_id="bench-latency", lease_epoch=c.run.lease_epoch,
                                 result=RESULT)
-        out[str(level)] = ms(pct(times, 0.5))
+        out[str(level)] = harness.ms(harness.pct(times, 0.5))
         print(f"  {level:>6} blocked actions waiting: claim p50 {out[str(level)]:.3f} ms, "
-              f"p99 {ms(pct(times, 0.99)):.3f} ms ({LATENCY_CLAIMS} claims)")
+              f"p99 {harness.ms(harness.pct(times, 0.99)):.3f} ms ({LATENCY_CLAIMS} claims)")
     return out
 
 
@@ -383,11 +312,9 @@ def latency_by_blocked(builder: Builder) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = harness.argument_parser(__doc__, db=True)
     ap.add_argument("--items", type=int, default=500, help="graph work items to drive (default 500)")
-    ap.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     ap.add_argument("--workers", type=int, default=1, help="concurrent worker processes (default 1)")
-    ap.add_argument("--json", action="store_true", help="print the figures as one JSON object, last line")
     ap.add_argument("--profile", action="store_true",
                     help="run the claim/submit loop in this process under cProfile (implies 1 worker)")
     args = ap.parse_args(argv)
@@ -395,50 +322,40 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--items and --workers must be positive")
     workers = 1 if args.profile else args.workers
 
-    tmp = prepare_database(args.db)
-    try:
-        django_setup()
-        from django.core.management import call_command
-        from django.db import connection, connections
+    harness.fresh_database(args.db)
+    from django.db import connection, connections
 
-        call_command("migrate", verbosity=0, interactive=False)
-        print(f"Work Center claim benchmark: {connection.vendor}, {args.items} items x {len(GRAPH)} actions, "
-              f"{workers} worker(s)")
-        builder = Builder()
-        t0 = time.monotonic()
-        builder.create("graph", GRAPH, args.items)
-        print(f"  set-up: {args.items} graph items in {time.monotonic() - t0:.2f} s")
+    print(f"Work Center claim benchmark: {connection.vendor}, {args.items} items x {len(GRAPH)} actions, "
+          f"{workers} worker(s)")
+    builder = Builder()
+    t0 = time.monotonic()
+    builder.create("graph", GRAPH, args.items)
+    print(f"  set-up: {args.items} graph items in {time.monotonic() - t0:.2f} s")
 
-        connections.close_all()
-        if args.profile:
-            timings, wall = run_in_process(True)
-        else:
-            timings, wall = run_workers(workers)
-        check_throughput_state(args.items)
-        n = len(timings["claims"])
-        res = {
-            "actions_per_s": round(n / wall, 3),
-            "claim_p50_ms": ms(pct(timings["claims"], 0.5)),
-            "claim_p99_ms": ms(pct(timings["claims"], 0.99)),
-            "submit_p50_ms": ms(pct(timings["submits"], 0.5)),
-            "submit_p99_ms": ms(pct(timings["submits"], 0.99)),
-        }
-        print(f"  throughput: {n} actions claimed and completed in {wall:.2f} s = {res['actions_per_s']:.1f} actions/s")
-        print(f"  claim  p50 {res['claim_p50_ms']:.3f} ms  p99 {res['claim_p99_ms']:.3f} ms")
-        print(f"  submit p50 {res['submit_p50_ms']:.3f} ms  p99 {res['submit_p99_ms']:.3f} ms")
+    connections.close_all()
+    if args.profile:
+        timings, wall = run_in_process(True)
+    else:
+        timings, wall = run_workers(workers)
+    check_throughput_state(args.items)
+    n = len(timings["claims"])
+    res = {
+        "actions_per_s": round(n / wall, 3),
+        **harness.p50_p99(timings["claims"], "claim"),
+        **harness.p50_p99(timings["submits"], "submit"),
+    }
+    print(f"  throughput: {n} actions claimed and completed in {wall:.2f} s = {res['actions_per_s']:.1f} actions/s")
+    print(f"  claim  p50 {res['claim_p50_ms']:.3f} ms  p99 {res['claim_p99_ms']:.3f} ms")
+    print(f"  submit p50 {res['submit_p50_ms']:.3f} ms  p99 {res['submit_p99_ms']:.3f} ms")
 
-        print("  claim latency with ready-but-blocked actions waiting:")
-        res["claim_p50_ms_by_blocked"] = latency_by_blocked(builder)
-        by = res["claim_p50_ms_by_blocked"]
-        ratio = by["10000"] / by["100"] if by["100"] else float("nan")
-        print(f"  ratio p50(10,000) / p50(100) = {ratio:.2f}")
-        connections.close_all()
-        if args.json:
-            print(json.dumps(res))
-        return 0
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
+    print("  claim latency with ready-but-blocked actions waiting:")
+    res["claim_p50_ms_by_blocked"] = latency_by_blocked(builder)
+    by = res["claim_p50_ms_by_blocked"]
+    ratio = by["10000"] / by["100"] if by["100"] else float("nan")
+    print(f"  ratio p50(10,000) / p50(100) = {ratio:.2f}")
+    connections.close_all()
+    harness.emit(res, args.json)
+    return 0
 
 
 if __name__ == "__main__":
