@@ -15,6 +15,24 @@ export function readConfig() {
   return node ? JSON.parse(node.textContent) : {};
 }
 
+// --- performance entries --------------------------------------------------------------------------
+// The pages time their own drawing with the User Timing API: the browser's performance tools show
+// the entries, and the browser tests read them (performance.getEntriesByName). Only the latest entry
+// of a name is kept: a page open all day would otherwise pile up one per update.
+
+/** The mark `name` now, carrying `detail`; the previous mark of that name goes. */
+export function markLatest(name, detail = null) {
+  performance.clearMarks(name);
+  performance.mark(name, { detail });
+}
+
+/** The measure `name` from `start` to `end` (performance.now() times), carrying `detail`; the
+ * previous measure of that name goes. */
+export function measureLatest(name, start, detail = null, end = performance.now()) {
+  performance.clearMeasures(name);
+  performance.measure(name, { start, end, detail });
+}
+
 // --- DOM ------------------------------------------------------------------------------------------
 
 export function h(tag, attrs = {}, ...children) {
@@ -325,11 +343,6 @@ export class LiveStream {
     this.attempt += 1;
     this.setState("reconnecting", `Connection lost; retrying in ${Math.round(delay / 1000)} s`);
     this.timer = setTimeout(() => this.connect(), delay);
-  }
-
-  /** Test and debugging hook: drop the socket as a network failure would. */
-  drop() {
-    if (this.ws) this.ws.close(4000, "client drop");
   }
 }
 

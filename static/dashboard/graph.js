@@ -16,7 +16,7 @@
 //   * a large graph (> LARGE stages): a linear-time layered layout (longest-path ranks, barycentre
 //     ordering, balanced placement), also in both directions.
 import dagre from "../vendor/dagre-3.1.3/dagre.esm.js";
-import { STATUS_ICON, STATUS_LABEL, formatDuration, runDurationMs, shortId } from "./common.js";
+import { STATUS_ICON, STATUS_LABEL, formatDuration, markLatest, measureLatest, runDurationMs, shortId } from "./common.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const NODE_W = 224;
@@ -338,10 +338,14 @@ export class GraphView {
     return { shown, folded, pairs };
   }
 
-  /** Draw a Graph (API.md) snapshot. Returns {relayout, layout_ms, render_ms, total_ms}. */
+  /**
+   * Draw a Graph (API.md) snapshot. Returns {nodes, edges, relayout, layout_ms, render_ms, total_ms},
+   * also the detail of the performance measures "wc-graph" (this update), "wc-graph-relayout" (the
+   * last update that laid the graph out) and "wc-graph-painted" (that one until the browser drew
+   * the frame: style, layout and paint included).
+   */
   setGraph(graph) {
     const t0 = performance.now();
-    performance.mark("wc-graph-start");
     this.mode = graph.execution_mode === "linear" ? "linear" : "graph";
     this.graph = graph;
     const { shown, folded, pairs } = this.displayed(graph);
@@ -365,7 +369,6 @@ export class GraphView {
       const tl = performance.now();
       const layout = this.pickLayout(region);
       layoutMs = performance.now() - tl;
-      performance.mark("wc-graph-layout");
       this.lazy = shown.length > LARGE;
       if (first || !this.userMoved) this.view = this.fitView(region, layout, {}) || this.view;
       this.renderStructure(shown, layout, !first && shown.length <= LARGE);
@@ -381,17 +384,15 @@ export class GraphView {
     this.applyOutline();
     this.minimapDirty = true;
     this.drawMinimap();
-    const total = performance.now() - t0;
-    performance.mark("wc-graph-end");
-    try { performance.measure("wc-graph", "wc-graph-start", "wc-graph-end"); } catch { /* marks cleared */ }
+    const t1 = performance.now();
+    const total = t1 - t0;
     const timing = { nodes: shown.length, edges: pairs.length, relayout, layout_ms: layoutMs,
       render_ms: total - layoutMs, total_ms: total };
+    measureLatest("wc-graph", t0, timing, t1);
     if (relayout) {
-      window.__wcGraphTiming = timing;
-      // when the browser has drawn the frame: style, layout and paint included
-      requestAnimationFrame(() => setTimeout(() => { timing.painted_ms = performance.now() - t0; }, 0));
+      measureLatest("wc-graph-relayout", t0, timing, t1);
+      requestAnimationFrame(() => setTimeout(() => measureLatest("wc-graph-painted", t0, timing), 0));
     }
-    window.__wcGraphLastUpdate = timing;
     return timing;
   }
 
@@ -448,9 +449,15 @@ export class GraphView {
     return this.lastRegion;
   }
 
-  renderStructure(shown, layout, animate) {
+  /** The layout drawn from now on; its name and size are the detail of the mark "wc-graph-layout". */
+  useLayout(layout) {
     this.variant = layout;
     this.size = { width: layout.width, height: layout.height };
+    markLatest("wc-graph-layout", { layout: layout.name, width: layout.width, height: layout.height });
+  }
+
+  renderStructure(shown, layout, animate) {
+    this.useLayout(layout);
     this.svg.classList.toggle("animate", animate);
     const seen = new Set();
     const fresh = [];
@@ -526,8 +533,7 @@ export class GraphView {
   /** Move the drawn nodes and edges to another layout of the same structure. */
   applyLayout(layout, animate) {
     if (layout === this.variant) return;
-    this.variant = layout;
-    this.size = { width: layout.width, height: layout.height };
+    this.useLayout(layout);
     this.svg.classList.toggle("animate", animate && this.nodes.size <= LARGE);
     for (const [key, entry] of this.nodes) {
       const p = layout.nodes.get(key);

@@ -33,7 +33,6 @@ export const graphView = new GraphView($("graph"), {
   onSelect: (node) => emit("select", node),
   onOpen: (node) => emit("open", node),
 });
-window.__wcGraph = graphView;
 
 // item.js installs the real loaders; a module that changed something asks for fresh data here
 export const refreshers = { graph: () => {}, detail: () => {} };

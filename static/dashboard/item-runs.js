@@ -5,7 +5,7 @@
 //
 // Every duration goes through common.js's runDurationMs and formatDuration, so the header, the
 // panel, the graph's nodes and the timeline agree to the second.
-import { STATUS_LABEL, absTime, formatDuration, h, runDurationMs } from "./common.js";
+import { STATUS_LABEL, absTime, formatDuration, h, measureLatest, runDurationMs } from "./common.js";
 import { $, TERMINAL, emit, on, state } from "./item-core.js";
 
 const ms = (iso) => (iso ? Date.parse(iso) : null);
@@ -253,7 +253,7 @@ function render(force = false) {
   ui.live = times.live || times.waitingOpen || !times.ended;
   ui.ticksFor = "";
   place(now);
-  window.__wcRunsTiming = { rows: rows.length, bars: ui.bars.length, ms: performance.now() - t0 };
+  measureLatest("wc-runs", t0, { rows: rows.length, bars: ui.bars.length }); // the drawing's cost
 }
 
 /** Position every bar, span and tick for the time domain that ends now (or at the item's end). */
@@ -412,5 +412,3 @@ on("detail", () => render());
 on("graph", () => { if (state.detail) render(); });
 onTick((now) => { if (ui.shown && ui.live) place(now); });
 new ResizeObserver(() => { if (ui.shown) { ui.ticksFor = ""; place(); } }).observe(view);
-
-window.__wcRuns = { itemTimes, personSpans, showTab };

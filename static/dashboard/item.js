@@ -153,11 +153,9 @@ function keepEvents(list) {
  * meanwhile is tried on what it returns, and only one made after that read asks again. */
 let resyncing = false;
 let heldDiff = null;
-let resyncs = 0;
 async function resync(diff) {
   if (resyncing) { heldDiff = diff; return; }
   resyncing = true;
-  resyncs += 1;
   let readTo = 0;
   try {
     const st = await api(`${base}/state`);
@@ -222,8 +220,6 @@ const stream = new LiveStream(`/ws/work-items/${encodeURIComponent(itemId)}/`, {
   },
   onProgress: (msg) => emit("progress", msg),
 });
-window.__wcStream = stream;
-window.__wcItemState = () => ({ rev: shownRev, resyncs });
 
 // one clock for the page: graph nodes, header, panel, timeline and banner tick in the same task
 startTicker(() => { graphView.tick(); emit("tick"); });

@@ -8,7 +8,7 @@
 //   (at most once a second) — see applyOverview for the search case;
 // * the overview strip: GET /overview once, then the pushed `overview`.
 import {
-  LiveStream, STATUS_LABEL, api, badge, describeError, h, installSlashFocus, readConfig,
+  LiveStream, STATUS_LABEL, api, badge, describeError, h, installSlashFocus, markLatest, readConfig,
   showError, startTicker, timeEl, wireDialogClose,
 } from "./common.js";
 import { BulkSelection } from "./list-bulk.js";
@@ -256,8 +256,8 @@ async function load({ animateNew = false } = {}) {
     if (bulk) bulk.prune();
     if (!firstPaint) {
       firstPaint = true;
-      // the first rows on screen, measured from navigation start (the scale test reads it)
-      requestAnimationFrame(() => { window.__wcListFirstPaint = performance.now(); });
+      // the first rows on screen: the mark's time counts from navigation start
+      requestAnimationFrame(() => markLatest("wc-list-first-paint"));
     }
     const early = buffered;
     buffered = [];
@@ -513,7 +513,6 @@ const stream = new LiveStream("/ws/work-items/", {
   onEvent,
   onOverview: (msg) => { applyOverview(msg.overview); renderFrame(); },
 });
-window.__wcStream = stream;
 
 // --- controls ------------------------------------------------------------------------------------
 

@@ -70,7 +70,6 @@ function place(msg) {
 class WorkersStream extends LiveStream {
   handle(msg) {
     if (msg.type === "workers") {
-      window.__wcWorkersUpdates = (window.__wcWorkersUpdates || 0) + 1; // tests count the pushes
       for (const boot of msg.gone || []) byBoot.delete(boot);
       for (const w of msg.workers || []) byBoot.set(w.boot_id, w);
       place(msg);
@@ -87,7 +86,6 @@ const stream = new WorkersStream("/ws/workers/", {
     place(msg);
   },
 });
-window.__wcStream = stream;
 
 startTicker(render);
 stream.start();

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -157,8 +158,118 @@ def wait_for_js(page, expression: str, arg=None, timeout: float = 10_000) -> Non
         page.wait_for_timeout(50)
 
 
+def wait_until(page, condition, timeout: float = 10_000) -> None:
+    """Wait until `condition()` (Python) is true, the page's events (its websocket frames, a tap's
+    messages) flowing meanwhile."""
+    deadline = time.monotonic() + timeout / 1000
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not true within {timeout:.0f} ms: {condition}")
+        page.wait_for_timeout(50)
+
+
 def wait_live(page) -> None:
     page.wait_for_selector('#conn[data-state="live"]')
+
+
+# --- what a page shows of itself, read from outside it ----------------------------------------------
+# The pages put nothing on `window` for tests: the tests read the DOM, the performance entries the
+# pages make (static/dashboard/common.js markLatest / measureLatest) and the websocket traffic.
+
+def perf(page, name: str) -> dict | None:
+    """The page's latest performance mark or measure `name`: {"start", "duration", "detail"} in ms
+    (`start` counts from navigation start), or None."""
+    return page.evaluate("""(name) => { const e = performance.getEntriesByName(name).at(-1);
+        return e ? {start: e.startTime, duration: e.duration, detail: e.detail} : null; }""", name)
+
+
+def wait_perf(page, name: str, condition: str = "true", timeout: float = 10_000) -> dict:
+    """Wait until the entry `name` exists and `condition` (a JS expression of the entry `e`) holds;
+    returns it as `perf` does."""
+    wait_for_js(page, f"(name) => {{ const e = performance.getEntriesByName(name).at(-1); return !!e && ({condition}); }}",
+                name, timeout=timeout)
+    return perf(page, name)
+
+
+def graph_view(page) -> dict:
+    """The graph's pan and zoom as drawn: {"k", "x", "y"} of its viewport's transform."""
+    return page.evaluate("""() => { const t = document.querySelector('#graph g.viewport').transform.baseVal.consolidate();
+        return t ? {k: t.matrix.a, x: t.matrix.e, y: t.matrix.f} : {k: 1, x: 0, y: 0}; }""")
+
+
+def _message(payload) -> dict | None:
+    try:
+        msg = json.loads(payload)
+    except (TypeError, ValueError):
+        return None
+    return msg if isinstance(msg, dict) else None
+
+
+class Frames:
+    """Every message the server sent the page's websockets, as the browser received them (the page
+    keeps its own sockets). Made before the page opens the sockets it should count."""
+
+    def __init__(self, page):
+        self.messages: list[dict] = []
+        page.on("websocket", lambda ws: ws.on("framereceived", self._received))
+
+    def _received(self, payload) -> None:
+        msg = _message(payload)
+        if msg is not None:
+            self.messages.append(msg)
+
+    def count(self, kind: str) -> int:
+        return sum(1 for m in self.messages if m.get("type") == kind)
+
+    def event_ids(self, after: int = 0) -> set[int]:
+        """The distinct ids of the stored events received (a replay may repeat one)."""
+        return {int(m["event"]["id"]) for m in self.messages
+                if m.get("type") == "event" and m.get("event") and int(m["event"]["id"]) > after}
+
+
+class StreamTap:
+    """The page's websockets through Playwright's websocket routing: each reaches the real server,
+    and every message the server sends passes here on its way to the page, so a test can drop one
+    (`drop_next`), stop them all (`deafen`) or cut the connection (`cut`) as a network would.
+    Messages move while the test is inside a Playwright call (a wait): no latency test uses it."""
+
+    def __init__(self, page, path: str = "/ws/"):
+        self.sockets: list = []  # the page side of every connection made, newest last
+        self.passed: list[dict] = []
+        self.dropped: list[dict] = []
+        self._drop = None
+        self._deaf = False
+        page.route_web_socket(re.compile(r"^wss?://[^/]+" + re.escape(path)), self._connect)
+
+    def _connect(self, ws) -> None:
+        server = ws.connect_to_server()
+        server.on_message(lambda payload: self._forward(ws, payload))
+        self.sockets.append(ws)
+
+    def _forward(self, ws, payload) -> None:
+        msg = _message(payload) or {}
+        if self._deaf:
+            self.dropped.append(msg)
+            return
+        if self._drop is not None and self._drop(msg):
+            self._drop = None
+            self.dropped.append(msg)
+            return
+        self.passed.append(msg)
+        ws.send(payload)
+
+    def drop_next(self, which) -> None:
+        """The next message for which `which(msg)` is true never reaches the page."""
+        self._drop = which
+
+    def deafen(self) -> None:
+        """From now on nothing the server sends reaches the page (its socket stays open)."""
+        self._deaf = True
+
+    def cut(self) -> None:
+        """Close the newest connection, both sides, as a network failure would (code 1006 is not
+        one a script may send: 4000, which the page treats alike)."""
+        self.sockets[-1].close(code=4000, reason="connection cut")
 
 
 class ThreadedStore:

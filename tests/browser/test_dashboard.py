@@ -9,7 +9,7 @@ from tests.conftest import completed
 from workcenter import services
 from workcenter.models import Action
 
-from .conftest import ThreadedStore, screenshot, wait_for_js, wait_live
+from .conftest import StreamTap, ThreadedStore, perf, screenshot, wait_for_js, wait_live, wait_perf
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -190,12 +190,13 @@ def test_retry_through_the_ui_previews_outlines_and_resets_exactly_those_nodes(p
 
 def test_retry_refusal_is_shown_in_the_dialog(page, daphne_server, store, bg):
     item, _docs = _failed_with_running_sibling(store)
+    tap = StreamTap(page)
     open_item(page, daphne_server, item.pk)
     page.click("#btn-retry")
     page.wait_for_selector("#retry-reset-line")
-    # meanwhile someone else retries, and this page does not hear of it (its stream is closed: an
+    # meanwhile someone else retries, and this page does not hear of it (its stream goes deaf: an
     # open dialog follows the stream, so a page that hears it disables Confirm instead)
-    page.evaluate("() => { window.__wcStream.stopped = true; window.__wcStream.ws && window.__wcStream.ws.close(); }")
+    tap.deafen()
     bg(services.work_item_retry, item_id=item.pk, actor="user:someone-else")
     page.click("#retry-confirm")
     error = page.locator("#retry-error")
@@ -257,13 +258,15 @@ def test_an_admin_resets_a_stuck_action_in_django_admin_and_the_graph_shows_it(p
 
 def test_the_page_catches_up_after_the_socket_drops(page, daphne_server, store):
     item = store.graph(DIAMOND, title="Reconnect")
+    tap = StreamTap(page)
     open_item(page, daphne_server, item.pk)
     # the socket drops; events happen while it reconnects
-    page.evaluate("window.__wcStream.drop()")
+    tap.cut()
     claim = store.claim_item(item.pk, stage="survey")
     store.complete(claim)
     page.wait_for_selector('#graph g.node[data-stage="survey"][data-status="completed"]', timeout=10_000)
     wait_live(page)
+    assert len(tap.sockets) == 2  # it came back on a new connection
     page.wait_for_selector('#events li[data-type="run.claimed"]')
     ids = page.eval_on_selector_all("#events li", "els => els.map(e => Number(e.dataset.id))")
     assert ids == sorted(set(ids), reverse=True)  # newest first, no duplicates
@@ -287,8 +290,8 @@ def _layered_stages(n: int) -> list[dict]:
 def test_graph_layout_and_draw_time(page, daphne_server, store, size, bound_ms, bg):
     item = store.graph(_layered_stages(size), title=f"{size} stages")
     page.goto(f"{daphne_server.url}/work-items/{item.pk}/")
-    wait_for_js(page, "window.__wcGraphTiming && window.__wcGraphTiming.nodes > 0", timeout=30_000)
-    timing = page.evaluate("window.__wcGraphTiming")
+    # the graph's own measure of its first layout and drawing (graph.js setGraph)
+    timing = wait_perf(page, "wc-graph-relayout", "e.detail.nodes > 0", timeout=30_000)["detail"]
     assert timing["nodes"] == size
     assert page.locator("#graph g.node").count() == size
     print(f"\n{size}-node graph: layout {timing['layout_ms']:.0f} ms + draw {timing['render_ms']:.0f} ms "
@@ -299,7 +302,7 @@ def test_graph_layout_and_draw_time(page, daphne_server, store, size, bound_ms, 
     claim = bg(services.action_claim, owner_boot_id="boot-perf")
     assert claim is not None and claim.work_item.pk == item.pk
     page.wait_for_selector(f'#graph g.node[data-stage="{claim.action.stage_id}"][data-status="running"]', timeout=10_000)
-    update = page.evaluate("window.__wcGraphLastUpdate")
+    update = perf(page, "wc-graph")["detail"]  # the latest update's
     assert update["relayout"] is False
     print(f"{size}-node graph: in-place update {update['total_ms']:.1f} ms")
     if size == 200:

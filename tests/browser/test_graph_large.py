@@ -8,8 +8,7 @@ import pytest
 
 from workcenter import services
 
-from .conftest import screenshot, wait_for_js, wait_live
-from .conftest import ThreadedStore
+from .conftest import ThreadedStore, graph_view, perf, screenshot, wait_live, wait_perf
 from .test_dashboard import _layered_stages
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -63,9 +62,11 @@ def test_large_graph_layout_and_draw_time_and_fit(page, daphne_server, store, si
     item = store.graph(stages, title=f"{size} stages")
     page.set_viewport_size({"width": 1280, "height": 800})
     page.goto(f"{daphne_server.url}/work-items/{item.pk}/")
-    wait_for_js(page, "window.__wcGraphTiming && window.__wcGraphTiming.painted_ms > 0", timeout=30_000)
-    timing = page.evaluate("window.__wcGraphTiming")
-    assert timing["nodes"] == size
+    # the graph's own measures (graph.js setGraph): its first layout and drawing, and that until on screen
+    painted = wait_perf(page, "wc-graph-painted", "e.detail.nodes > 0", timeout=30_000)
+    timing = perf(page, "wc-graph-relayout")["detail"]
+    timing["painted_ms"] = painted["duration"]
+    assert timing["nodes"] == painted["detail"]["nodes"] == size
     assert page.locator("#graph g.node").count() == size
     target = TARGET_MS[size]
     print(f"\n{size}-node {shape} graph: layout {timing['layout_ms']:.0f} ms + draw {timing['render_ms']:.0f} ms "
@@ -75,24 +76,28 @@ def test_large_graph_layout_and_draw_time_and_fit(page, daphne_server, store, si
     assert timing["painted_ms"] <= target
     wait_live(page)
     # the automatic view is legible: the minimap shows where it is in the whole
-    assert page.evaluate("window.__wcGraph.view.k") >= 0.94
+    assert graph_view(page)["k"] >= 0.94
     assert page.locator("#graph canvas.minimap").is_visible()
     # the layout reads: compact layers, not a staircase (its drawing covers at most 4 times the
     # area of its nodes; dagre drew 200 layered stages over 3.8 times, 1,000 fan-out ones over 18)
-    size_px = page.evaluate("window.__wcGraph.size")
+    size_px = perf(page, "wc-graph-layout")["detail"]  # the layout drawn (graph.js useLayout)
     spread = size_px["width"] * size_px["height"] / (size * 224 * 78)
     print(f"{size}-node {shape} graph: drawn {size_px['width']:.0f} × {size_px['height']:.0f} px, {spread:.1f}× its nodes' area")
     assert spread <= 4, size_px
     if size == 200 and shape == "layered":
         screenshot(page, "graph-200-1280-light.png")
     # the minimap moves the view: a click on the last stage's spot in it shows that part, in full
-    before = page.evaluate("({...window.__wcGraph.view})")
+    before = graph_view(page)
     box = page.locator("#graph canvas.minimap").bounding_box()
-    spot = page.evaluate("""() => { const v = window.__wcGraph, e = v.nodes.get(v.keys[v.keys.length - 1]);
-        return {x: (e.x + 112) * v.minimapScale, y: (e.y + 39) * v.minimapScale}; }""")
-    page.mouse.click(box["x"] + spot["x"], box["y"] + spot["y"])
+    # the minimap draws the whole layout in its box; the last stage's centre in the layout is where
+    # its node is placed (its CSS translate) plus half a node (224 × 78)
+    last = page.evaluate("""(stage) => { const m = new DOMMatrix(getComputedStyle(
+        document.querySelector(`#graph g.node[data-stage="${stage}"]`)).transform); return {x: m.e, y: m.f}; }""",
+                         f"s{size - 1}")
+    scale = box["width"] / size_px["width"]
+    page.mouse.click(box["x"] + (last["x"] + 112) * scale, box["y"] + (last["y"] + 39) * scale)
     page.wait_for_timeout(200)
-    after = page.evaluate("({...window.__wcGraph.view})")
+    after = graph_view(page)
     assert after["k"] == before["k"] and (after["x"], after["y"]) != (before["x"], before["y"])
     seen = page.evaluate(VISIBLE_TEXT)
     assert seen["visible"] > 0 and seen["without_text"] == 0, seen
@@ -111,10 +116,10 @@ def test_large_graph_screens(page, daphne_server, store, width, height, scheme):
     page.set_viewport_size({"width": width, "height": height})
     page.emulate_media(color_scheme=scheme)
     page.goto(f"{daphne_server.url}/work-items/{item.pk}/")
-    wait_for_js(page, "window.__wcGraphTiming && window.__wcGraphTiming.painted_ms > 0", timeout=30_000)
+    wait_perf(page, "wc-graph-painted", "e.detail.nodes > 0", timeout=30_000)
     wait_live(page)
     page.wait_for_timeout(200)
-    assert page.evaluate("window.__wcGraph.view.k") >= 0.94
+    assert graph_view(page)["k"] >= 0.94
     screenshot(page, f"graph-200-{width}-{scheme}.png")
 
 
@@ -167,8 +172,15 @@ def test_a_linear_items_superseded_attempts_fold_into_its_current_node(page, dap
     assert page.locator("#graph path.edge").count() == 1
     # the text alternative still lists every action
     assert page.locator("#node-list tr").count() == 4
-    # the folded attempts are found by action id (the retry preview's outline, the panel)
-    assert page.evaluate("(id) => window.__wcGraph.nodeByActionId(id).status", actions[1].pk) == "superseded"
+    # the folded attempts are found by action id: the text alternative's row of one selects the
+    # stage's node and opens its panel
+    page.click("#node-list-wrap summary")
+    row = page.locator(f'#node-list tr[data-id="{actions[1].pk}"]')
+    assert row.get_attribute("data-status") == "superseded"
+    row.locator("button").click()
+    page.wait_for_selector('#graph g.node.selected[data-stage="implement"]')
+    page.wait_for_selector("#panel:not([hidden])")
+    page.keyboard.press("Escape")
     # the stage completes: still one node, the badge stays
     store.complete(store.claim_item(item.pk))
     page.wait_for_selector('#graph g.node[data-stage="implement"][data-status="completed"]')

@@ -46,7 +46,8 @@ RECTS = """() => {
     return {graph: r(document.getElementById('graph')), panel: panel.hidden ? null : r(panel),
             selected: document.querySelector('#graph g.node.selected .node-box') ? r(document.querySelector('#graph g.node.selected .node-box')) : null,
             nodes: Object.fromEntries([...document.querySelectorAll('#graph g.node')].map(g => [g.dataset.stage + ':' + g.dataset.id, r(g.querySelector('.node-box'))])),
-            vw: innerWidth, vh: innerHeight, zoom: window.__wcGraph.view.k};
+            vw: innerWidth, vh: innerHeight,
+            zoom: document.querySelector('#graph g.viewport').transform.baseVal.consolidate()?.matrix.a ?? 1};
 }"""
 
 

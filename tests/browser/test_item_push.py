@@ -9,7 +9,7 @@ from tests.conftest import completed
 from workcenter import services
 from workcenter.models import Action, Event
 
-from .conftest import ThreadedStore, wait_for_js, wait_live
+from .conftest import Frames, StreamTap, ThreadedStore, wait_for_js, wait_live, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,9 +29,12 @@ def open_item(page, daphne_server, item_id) -> list[str]:
     wait_live(page)
     requests: list[str] = []
     page.on("request", lambda r: requests.append(f"{r.method} {r.url}") if r.resource_type != "websocket" else None)
-    page.evaluate("""() => { window.__events = 0; const s = window.__wcStream; const on = s.onEvent;
-        s.onEvent = (m) => { window.__events += 1; on(m); }; }""")
     return requests
+
+
+def state_reads(requests: list[str], item_id) -> list[str]:
+    """The page's reads of the whole state (item.js resync)."""
+    return [r for r in requests if r.endswith(f"/work-items/{item_id}/state")]
 
 
 def node_statuses(page) -> dict:
@@ -46,6 +49,7 @@ def stored_statuses(bg, item_id) -> dict:
 def test_the_item_page_follows_fifty_events_without_one_http_request(page, daphne_server, store, bg):
     # given a 30-stage item open and live
     item = store.graph(STAGES, title="Pushed, not pulled")
+    frames = Frames(page)
     requests = open_item(page, daphne_server, item.pk)
     mark = bg(lambda: Event.objects.order_by("-id").values_list("id", flat=True).first() or 0)
 
@@ -65,7 +69,7 @@ def test_the_item_page_follows_fifty_events_without_one_http_request(page, daphn
     assert len(events) >= 50
 
     # then the page received them all, and its graph and timeline show the stored state
-    wait_for_js(page, f"window.__events >= {len(events)}", timeout=15_000)
+    wait_until(page, lambda: frames.event_ids(after=mark) >= {e.id for e in events}, timeout=15_000)
     truth = stored_statuses(bg, item.pk)
     wait_for_js(page, """(truth) => Object.entries(truth).every(([s, st]) =>
         document.querySelector(`#graph g.node[data-stage="${s}"]`)?.dataset.status === st)""", truth)
@@ -73,33 +77,30 @@ def test_the_item_page_follows_fifty_events_without_one_http_request(page, daphn
     page.wait_for_selector(f'#events li[data-id="{events[-1].id}"]')
     shown = page.eval_on_selector_all("#events li", "els => els.map(e => Number(e.dataset.id))")
     assert {e.id for e in events} <= set(shown)
-    # the side panel's data (the detail's runs) followed too: every run of the item is known
-    runs = page.evaluate("() => window.__wcItemState()")
-    assert runs["resyncs"] == 0
+    # the side panel's data (the detail's runs) followed too, from the pushed state: not one read of it
+    assert state_reads(requests, item.pk) == []
     assert requests == [], requests
-    print(f"\n{len(events)} events, {len(requests)} HTTP requests, state {runs['rev']}")
+    print(f"\n{len(events)} events, {len(requests)} HTTP requests")
 
 
 def test_a_dropped_state_is_filled_with_one_read_of_the_whole_state(page, daphne_server, store, bg):
     # given an open item page that will lose the next message carrying a state
     item = store.graph(STAGES[:4], title="A gap")
+    tap = StreamTap(page)
     requests = open_item(page, daphne_server, item.pk)
-    page.evaluate("""() => { const s = window.__wcStream; const on = s.onEvent; window.__dropped = [];
-        s.onEvent = (m) => { if (m.state && window.__dropped.length === 0) { window.__dropped.push(m.event.id); return; }
-                             on(m); }; }""")
+    tap.drop_next(lambda m: m.get("type") == "event" and bool(m.get("state")))
 
     # when one stage is claimed (its messages dropped) and then another one
     first = store.claim_item(item.pk, stage="s00", boot="boot-gap-1")
-    wait_for_js(page, "window.__dropped.length === 1")
+    wait_until(page, lambda: tap.dropped)
+    assert len(tap.dropped) == 1
     second = store.claim_item(item.pk, stage="s01", boot="boot-gap-2")
 
     # then the next diff does not apply to what the page shows: it reads the state back once, and
     # both claims are on screen
     page.wait_for_selector('#graph g.node[data-stage="s01"][data-status="running"]', timeout=10_000)
     page.wait_for_selector('#graph g.node[data-stage="s00"][data-status="running"]', timeout=10_000)
-    assert page.evaluate("() => window.__wcItemState().resyncs") == 1
-    state_reads = [r for r in requests if r.endswith(f"/work-items/{item.pk}/state")]
-    assert len(state_reads) == 1, requests
+    assert len(state_reads(requests, item.pk)) == 1, requests
     # and diffs apply again after it: the next change needs no request
     before = len(requests)
     store.complete(second)

@@ -12,7 +12,7 @@ import pytest
 from workcenter import services
 from workcenter.models import Event, WorkItem
 
-from .conftest import ThreadedStore, screenshot, wait_for_js, wait_live
+from .conftest import Frames, ThreadedStore, screenshot, wait_for_js, wait_live, wait_perf, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,8 +76,7 @@ def open_list(page, url: str) -> float:
     page.goto(url)
     page.wait_for_selector("#items tr")
     wall = (time.monotonic() - t0) * 1000
-    wait_for_js(page, "window.__wcListFirstPaint !== undefined")
-    mark = page.evaluate("window.__wcListFirstPaint")
+    mark = wait_perf(page, "wc-list-first-paint")["start"]  # list.js's mark
     print(f"\nfirst rows painted {mark:.0f} ms after navigation start (test's wall clock: {wall:.0f} ms)")
     return mark
 
@@ -153,6 +152,7 @@ def test_list_follows_thirty_events_without_one_http_request(page, daphne_server
     bg(bulk_items, 300, newest=now - timedelta(hours=2))
     store = ThreadedStore(bg, behind=timedelta(seconds=30))
     real = [store.create(title=f"Live item {i:02d}", start=(i % 2 == 0)) for i in range(4)]
+    frames = Frames(page)  # what the stream brings the page
     page.goto(f"{daphne_server.url}/")
     page.wait_for_selector(f'#items tr[data-id="{real[-1].pk}"]')
     wait_live(page)
@@ -161,8 +161,6 @@ def test_list_follows_thirty_events_without_one_http_request(page, daphne_server
               for s in ("ready", "draft", "cancelled", "running")}
     requests: list[str] = []
     page.on("request", lambda r: requests.append(f"{r.method} {r.url}") if r.resource_type != "websocket" else None)
-    page.evaluate("""() => { window.__events = 0; const s = window.__wcStream; const on = s.onEvent;
-        s.onEvent = (m) => { window.__events += 1; on(m); }; }""")
 
     mark = bg(lambda: Event.objects.order_by("-id").values_list("id", flat=True).first())
     # when 30+ events arrive: items created, started, cancelled, claimed
@@ -181,9 +179,9 @@ def test_list_follows_thirty_events_without_one_http_request(page, daphne_server
 
     # then the rows and the chip counts follow, and the page asked nothing over HTTP
     try:
-        wait_for_js(page, f"window.__events >= {n_events}", timeout=10_000)
+        wait_until(page, lambda: len(frames.event_ids(after=mark)) >= n_events, timeout=10_000)
     finally:
-        print(f"\n{n_events} events stored, {page.evaluate('window.__events')} reached the page")
+        print(f"\n{n_events} events stored, {len(frames.event_ids(after=mark))} reached the page")
     truth = bg(lambda: {s: WorkItem.objects.filter(status=s).count() for s in ("ready", "draft", "cancelled", "running")})
     for status, n in truth.items():
         wait_for_js(page, "([s, n]) => document.querySelector(`#status-filters [data-status=\"${s}\"] .chip-count`).textContent === String(n)",
