@@ -118,6 +118,34 @@ def test_pages_and_static_files_load_under_the_policy_and_the_stream_goes_live(p
     assert cookies["csrftoken"]["secure"]
 
 
+# the names on `window` that a page's own scripts could have added for tests
+GLOBALS = "() => Object.getOwnPropertyNames(window).sort()"
+
+
+def test_the_dashboard_pages_put_nothing_for_tests_on_window(production_server, watched, lead, bg):
+    """The browser tests read the DOM, the pages' performance entries and their websocket traffic:
+    in production no page exposes a hook (`window.__wc…`) nor any other name of its own."""
+    context, _ = watched
+    item = bg(make_graph, Store(Clock()), STAGES, title="Nothing on window")
+    base = production_server.url
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    visit(page, f"{base}/accounts/login/", "#id_username")
+    plain = set(page.evaluate(GLOBALS))  # a page without the dashboard's scripts (the login form)
+    sign_in(page, f"{base}/", "lead")
+    page.wait_for_selector("#overview .ov-stat")  # the list's own reads done (leaving would abort them)
+    for path, ready in [("/", f'#items tr[data-id="{item.pk}"]'), (f"/work-items/{item.pk}/", "#graph g.node"),
+                        ("/workers/", "#workers-summary")]:
+        visit(page, f"{base}{path}", ready)
+        page.wait_for_selector('#conn[data-state="live"]')
+        if path == "/":
+            page.wait_for_selector("#overview .ov-stat")  # its own read done (leaving would abort it)
+        page.wait_for_timeout(300)  # the first frames drawn, the timers of the page running
+        names = page.evaluate(GLOBALS)
+        assert [n for n in names if n.startswith("__wc")] == [], path
+        assert sorted(set(names) - plain) == [], path
+
+
 def test_django_admin_and_the_api_docs_work_under_the_policy(production_server, watched, transactional_db, bg):
     context, _ = watched
     User.objects.create_superuser("root", password=PASSWORD)
