@@ -65,7 +65,6 @@ def test_bulk_retry_previews_each_row_and_refuses_alone_the_one_changed_meanwhil
     assert page.evaluate("document.querySelector('#select-all').indeterminate") is False  # all four loaded rows
     # and asks for a retry: one preview for the whole selection, per row what it does
     page.click("#bulk-retry")
-    rows = page.locator("#bulk-rows .bulk-row")
     wait_for_js(page, "document.querySelectorAll('#bulk-rows .bulk-row').length === 4")
     text = {item.pk: page.locator(f'#bulk-rows .bulk-row[data-id="{item.pk}"] .bulk-row-effect').inner_text()
             for item in (a, b, c, ready)}

@@ -9,7 +9,7 @@ import pytest
 from workcenter import services
 from workcenter.models import Action, Run, WorkItem
 
-from .conftest import ThreadedStore, screenshot, wait_for_js, wait_live
+from .conftest import ThreadedStore, screenshot, wait_for_js
 from .test_needs_me import WAITED_S, open_item, shots
 
 pytestmark = pytest.mark.django_db(transaction=True)
