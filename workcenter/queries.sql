@@ -2,9 +2,10 @@
 --
 -- Each statement starts with `-- name: <name>` and one header line saying what it does and what
 -- it locks; a statement whose text differs between the databases gives both, each under
--- `-- postgresql:` / `-- sqlite:`. `workcenter.db` loads this file once and expands its markers
--- per database: {table:Model} a quoted table name, {col:Model.field} a quoted column,
--- {cols:Spec} a row spec's column list under its alias (db.ROW_SPECS), {insert_cols:Model} and
+-- `-- postgresql:` / `-- sqlite:`. `workcenter/db/catalogue.py` loads this file once and expands
+-- its markers per database: {table:Model} a quoted table name, {col:Model.field} a quoted column,
+-- {cols:Spec} a row spec's column list under its alias (the specs of `db/rows.py row_specs()`,
+-- by name: WorkItem, Action, Run, GraphAction, Event, User), {insert_cols:Model} and
 -- {insert_params:Model} / {typed_params:Model} the columns an insert writes and their
 -- placeholders (typed: with the casts PostgreSQL needs in a SELECT list), {counter_sums} the sums
 -- of the execution counters. Markers the caller fills at run time: {ids} and {values} (SQLite

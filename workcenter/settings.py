@@ -114,7 +114,7 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
                    or os.path.join(tempfile.gettempdir(), f"workcenter-test-{os.getpid()}.sqlite3")}
 elif _db["ENGINE"] == "django.db.backends.postgresql":
     # Django connects with prepare_threshold=None (never prepare). The store's hot path runs
-    # fixed statements on server-side-binding cursors (services/common.py hot_cursor): prepared
+    # fixed statements on server-side-binding cursors (workcenter/db/hot.py hot_cursor): prepared
     # after 2 executions on a connection, each is parsed and planned once instead of per call,
     # which halves its server time. The ORM's client-side-binding cursors are not prepared.
     # Set WORKCENTER_PG_PREPARE_THRESHOLD=off behind a transaction-pooling proxy (pgbouncer <

@@ -8,6 +8,7 @@ from tests.conftest import completed, make_graph
 from workcenter import services
 from workcenter.models import Action, Event, Run, WorkItem
 from workcenter import db
+from workcenter.db import hot, rows
 from workcenter.services import common, graph
 from workcenter.services.hooks import inject_fault
 
@@ -170,10 +171,10 @@ def test_reads_keep_a_cursor_per_statement_and_connection(store):
     store.claim()
     reads = [("detail_item", [item.pk]), ("detail_actions", [item.pk]), ("detail_runs", [item.pk])]
     first = db.read_all(reads)
-    cursors = [db._statement_cursor(connection, name) for name, _ in reads]
+    cursors = [hot._statement_cursor(connection, name) for name, _ in reads]
     # when the same reads run again: the same cursors, and what they read is what the ORM reads
     again = db.read_all(reads)
-    assert [db._statement_cursor(connection, name) for name, _ in reads] == cursors
+    assert [hot._statement_cursor(connection, name) for name, _ in reads] == cursors
     assert again == first and len(first[1]) == 2 and len(first[2]) == 1
     assert [a.pk for a in db.ACTION_ROW.build_many(again[1], connection)] == list(
         Action.objects.filter(work_item=item).order_by("sequence").values_list("pk", flat=True))
@@ -191,7 +192,7 @@ def test_reads_keep_a_cursor_per_statement_and_connection(store):
         from django.db import connections
 
         seen_there.append((db.read_all([("detail_item", ["no-such-item"])]),
-                           db._statement_cursor(connections["default"], "detail_item")))
+                           hot._statement_cursor(connections["default"], "detail_item")))
 
     _started(other).join()
     assert seen_there[0][0] == [[]] and seen_there[0][1] is not cursors[0]
@@ -365,7 +366,7 @@ def test_json_columns_decode_as_the_orm_decodes_them(store):
     col = field.get_col("a")
     texts = ["[]", "{}", "null", '[{"a": 1}]', '{"k": [1, "x"]}', "3", '"s"', "not json", None]
     # when the hot path's converter reads them
-    got = [db._json_from_db(t, col, connection) for t in texts]
+    got = [rows._json_from_db(t, col, connection) for t in texts]
     # then it returns what JSONField.from_db_value returns
     assert got == [field.from_db_value(t, col, connection) for t in texts]
     # and the empty containers are fresh objects: a caller mutating one cannot change another row's
@@ -388,17 +389,17 @@ def test_datetime_columns_convert_as_the_orm_converts_them(store):
     expected = [None, naive.replace(tzinfo=utc), naive.replace(microsecond=0, tzinfo=utc),
                 naive.replace(tzinfo=utc), naive.replace(microsecond=0, tzinfo=utc),
                 datetime.datetime(2026, 1, 2, 1, 4, 5, tzinfo=utc), naive.replace(tzinfo=minus5)]
-    got = [db._sqlite_utc(v, col, connection) for v in values]
+    got = [rows._sqlite_utc(v, col, connection) for v in values]
     # the same instants, and every value aware
     assert got == expected and all(g is None or g.tzinfo is not None for g in got)
     if connection.vendor == "sqlite":
         # the hot path's rows use it for this column, and it answers what Django's converter answers
-        assert convs == [db._sqlite_utc]
+        assert convs == [rows._sqlite_utc]
         django_conv = connection.ops.convert_datetimefield_value
         assert got == [django_conv(v, col, connection) for v in values]
     else:
         # PostgreSQL hands back aware datetimes itself: the backend's converters stand
-        assert db._sqlite_utc not in convs
+        assert rows._sqlite_utc not in convs
 
 
 def _two_action_rows(store):
