@@ -2,7 +2,8 @@
 aside, function-local imports included) has no cycle and runs down the declared layers, the pure
 domain imports nothing that touches the database, no module reaches into another's private
 names, no module is over 700 lines, few imports are function-local and each says why, nothing
-above the database layer (workcenter/db/) formats SQL, and every named statement has its header and a caller."""
+above the database layer (workcenter/db/) formats SQL or holds a fragment of it, every named
+guard is used, and every named statement has its header and a caller."""
 from __future__ import annotations
 
 import ast
@@ -289,3 +290,128 @@ def test_every_named_statement_expands_on_both_databases(vendor):
     for name, statement in db.catalogue().items():
         text = db.expand(statement.text[vendor], vendor, connection.ops.quote_name)
         assert "{" not in text.replace("{ids}", "").replace("{values}", ""), name
+
+
+# --- SQL fragments and the code that reaches the catalogue ----------------------------------------
+
+# A piece of SQL in a string: a quoted column compared or tested, AND/OR between quoted columns, a
+# comparison with a placeholder, a clause over columns or placeholders, or a lone quoted column.
+SQL_FRAGMENT = re.compile(
+    r'"\w+"\s*(?:=|<>|!=|<=|>=|<|>|\bIS\b|\bIN\b|\bLIKE\b|\bBETWEEN\b)'
+    r'|"\w+".*\b(?:AND|OR)\b.*"\w+"'
+    r'|(?:\s(?:=|<>|!=|<=|>=|<|>)|\b(?:IN|IS|LIKE))\s*\(?\s*%s'
+    r'|\bIS (?:NOT )?NULL\b'
+    r'|\b(?:WHERE|RETURNING|ORDER BY|GROUP BY|HAVING|LIMIT|OFFSET|JOIN|FROM|SET|VALUES)\b.*(?:%s|"\w+")'
+    r'|^"\w+"$'
+)
+
+
+def _sql_fragments(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every string of a module that holds SQL; an f-string is read with each of
+    its fields as `x`; docstrings and other bare string statements are prose and not read."""
+    tree = ast.parse(source)
+    prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    parts = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else "x"
+                           for v in node.values)
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+              and id(node) not in parts):
+            text = node.value
+        else:
+            continue
+        if SQL_FRAGMENT.search(text):
+            found.append((node.lineno, text))
+    return found
+
+
+def test_nothing_above_the_database_layer_holds_a_sql_fragment():
+    found = [f"{name}:{line}: {text[:80]!r}" for name, path in MODULES.items()
+             if not _in_layer(name, "database toolkit")
+             for line, text in _sql_fragments(path.read_text(encoding="utf-8"))]
+    assert found == [], "name the guard in workcenter/db/guards.py or the statement in workcenter/queries.sql"
+
+
+def test_the_fragment_check_sees_fragments_and_not_prose():
+    source = '''
+"""A docstring may say WHERE "status" = %s."""
+GUARD = '"status" = %s AND "lease_epoch" = %s'
+IN_LIST = '"status" IN (%s, %s)'
+NULL = 'current_run_id IS NULL'
+COLUMN = '"progress_revision"'
+BUILT = f'{col} = %s'
+LOG = "event %s %s item=%s"
+MESSAGE = f"Cannot start WorkItem in {status}"
+'''
+    assert [line for line, _ in _sql_fragments(source)] == [3, 4, 5, 6, 7]
+
+
+def _names(nodes) -> set[str]:
+    out: set[str] = set()
+    for node in nodes:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name):
+                out.add(sub.id)
+            elif isinstance(sub, ast.Attribute):
+                out.add(sub.attr)
+            elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+                out.update((a.asname or a.name).split(".")[0] for a in sub.names)
+    return out
+
+
+def _call_graph(sources: dict[str, str]):
+    """From module sources: ({function: the names its body refers to}, {function: the strings of its
+    body}, the names and strings referred to outside any function body: module and class level,
+    decorators). A nested function is part of its outer function's body. The roots: module and
+    class level code, every decorated function (its decorator may register it: a route, a
+    receiver) and every method (a framework or an instance calls it by name)."""
+    bodies: dict[str, set[str]] = {}
+    strings: dict[str, set[str]] = {}
+    roots: set[str] = set()
+    root_strings: set[str] = set()
+    for source in sources.values():
+        tree = ast.parse(source)
+        methods = {id(n) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for n in c.body}
+        in_body: set[int] = set()
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or id(node) in in_body:
+                continue
+            body = [b for b in node.body + node.args.defaults + node.args.kw_defaults if b is not None]
+            in_body |= {id(sub) for b in body for sub in ast.walk(b)}
+            bodies.setdefault(node.name, set()).update(_names(body))
+            strings.setdefault(node.name, set()).update(
+                sub.value for b in body for sub in ast.walk(b)
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str))
+            if node.decorator_list or id(node) in methods:
+                roots.add(node.name)
+        outside = [n for n in ast.walk(tree) if id(n) not in in_body]
+        roots |= _names(n for n in outside if isinstance(n, (ast.Name, ast.Attribute, ast.Import, ast.ImportFrom)))
+        root_strings |= {n.value for n in outside if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return bodies, strings, roots, root_strings
+
+
+def _live(bodies: dict[str, set[str]], roots: set[str]) -> set[str]:
+    """The functions reached from the roots: called, passed or named by live code."""
+    live: set[str] = set()
+    todo = [n for n in roots if n in bodies]
+    while todo:
+        name = todo.pop()
+        if name not in live:
+            live.add(name)
+            todo.extend(r for r in bodies[name] if r in bodies and r not in live)
+    return live
+
+
+def test_every_named_guard_is_named_once_and_used():
+    from workcenter.db import guards
+
+    named = {k: v for k, v in vars(guards).items() if isinstance(v, guards.Guard)}
+    assert named, "no guard is named"
+    assert {k: g.name for k, g in named.items() if g.name != k.lower()} == {}
+    assert len({g.name for g in named.values()}) == len(named)
+    bodies, _, roots, _ = _call_graph({n: p.read_text(encoding="utf-8") for n, p in MODULES.items()
+                                       if not _in_layer(n, "database toolkit")})
+    used = set().union(*(bodies[f] for f in _live(bodies, roots)))
+    assert sorted(k for k in named if k not in used) == [], "a guard no live code writes under"

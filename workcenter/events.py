@@ -118,9 +118,9 @@ def event_append(
     if conn.vendor == "postgresql":
         params.append(EVENT_ORDER_LOCK)
     if writes is not None:
-        writes.add(db.sql("event_insert", conn), params, returning='"id"', on_result=lambda v: setattr(event, "id", v))
+        writes.add(db.sql("event_insert", conn), params, returning="id", on_result=lambda v: setattr(event, "id", v))
     else:
-        event.id = db.insert_returning(cur, db.sql("event_insert", conn), params, '"id"')
+        event.id = db.insert_returning(cur, db.sql("event_insert", conn), params, "id")
     publish_on_commit(event)
     return event
 

@@ -11,6 +11,9 @@
 -- of the execution counters. Markers the caller fills at run time: {ids} and {values} (SQLite
 -- only: one placeholder, or one (%s, %s) pair, per element). Parameters are positional `%s`.
 --
+-- The guarded updates are not here: each is built by `db/writes.py` from the values it sets and a
+-- named guard of `db/guards.py` (the WHERE of a fenced write, DOMAIN §2.7, §6).
+--
 -- Locking order (PostgreSQL): the work item row first, then the rows of that item (DOMAIN §2.7).
 
 -- name: claim_first
@@ -61,10 +64,6 @@ JOIN {table:Action} a ON a."id" = r."action_id" WHERE r."id" = %s
 -- name: graph_actions
 -- An item's actions by sequence, the columns graph refresh and the claimable flags read (DOMAIN §5.3, §7.6). Locks: nothing (the caller holds the item).
 SELECT {cols:GraphAction} FROM {table:Action} a WHERE a."work_item_id" = %s ORDER BY a."sequence"
-
--- name: set_claimable
--- Sets the derived claimable flag of the actions {ids}, in primary-key order. Locks: PostgreSQL those action rows (the caller holds their item).
-UPDATE {table:Action} SET "claimable" = %s WHERE "id" IN ({ids})
 
 -- name: run_insert
 -- A new run; its progress_revision continues from the action's earlier runs (DOMAIN §5.6). Locks: nothing beyond the inserted row.

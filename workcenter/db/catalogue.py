@@ -2,7 +2,8 @@
 
 The statements live in `workcenter/queries.sql`, each with one header line saying what it does
 and what it locks (see the file's preamble for the format); `sql(name)` gives a statement's text
-for the connection's database, its markers expanded once.
+for the connection's database, its markers expanded once. The guarded updates are not written
+there: `writes.py` builds each from the values it sets and a named guard of `guards.py`.
 """
 from __future__ import annotations
 

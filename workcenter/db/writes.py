@@ -1,44 +1,118 @@
-"""Guarded writes: a step's updates and inserts, each with the row count it must have.
+"""Guarded writes: the one way the store updates rows, hot path and cold paths alike.
 
-`update_sql` builds a guarded `UPDATE` of one row from the values it sets; `Writes` runs a step's
-writes (on PostgreSQL one statement of data-modifying CTEs) and checks every row count
-(DOMAIN §2.7, §6).
+An update names its rows and its fence with a bound guard of `guards.py` (`Fence`) and the
+values it sets; its statement is built here, once per shape, and its row count is checked: every
+row the fence names must be hit (DOMAIN §2.7, §6). Three forms of the same write:
+
+* `Writes(cur).update(fence, values)`: one of a step's writes. The claim and the submission send
+  theirs as a batch (on PostgreSQL one statement of data-modifying CTEs, checked at `flush`);
+* `update(fence, values)`: one write now, a miss raises FenceLost (the transaction rolls back);
+* `update_if(fence, values)`: one write now, a miss answers False (a worker call whose fence
+  failed before anything was written answers "nothing happened", DOMAIN §6.4).
+
+`Writes.add` takes a statement of the catalogue (an insert) with the row count it must have.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from ..errors import FenceLost
+from .guards import ARG, IS_NULL, Fence, Guard
 from .hot import hot_execute
 from .rows import adapters, db_values
 
 _BUILT: dict = {}
 
 
-def update_sql(conn, model, pk: str, values: dict, where: str = "", params: Iterable = ()) -> tuple[str, list]:
-    """`UPDATE … SET values WHERE pk = … [AND where]` and its arguments.
+def lost(what: str | None) -> FenceLost:
+    """The error of a guarded write that missed a row (`what`: its guard's name)."""
+    return FenceLost(f"stale Run: a guarded write lost its fence{f' ({what})' if what else ''}; nothing was changed")
 
-    `values` maps attribute names to Python values (adapted by their fields); `where` is SQL over
-    quoted column names with `%s` placeholders for `params`.
-    """
-    key = (conn.vendor, model, tuple(values), where)
+
+def _where(guard: Guard, quote, count: int | None, nulls: tuple | None) -> tuple[str, list]:
+    """The WHERE of `guard` over one row (`count` None) or `count` rows, with `nulls` the ARG
+    values bound as None (or None when there are none); and how to fill its parameters after
+    the primary keys: ("c", constant) or ("a", index of the bound value)."""
+    meta = guard.model._meta
+    pk = quote(meta.pk.column)
+    parts = [f"{pk} = %s" if count is None else f"{pk} IN ({', '.join(['%s'] * count)})"]
+    plan: list = []
+    i = 0
+    for field, want in guard.conditions:
+        col = quote(field.column)
+        if want is ARG:
+            if nulls is not None and nulls[i]:
+                parts.append(f"{col} IS NULL")
+            else:
+                parts.append(f"{col} = %s")
+                plan.append(("a", i))
+            i += 1
+        elif want is IS_NULL:
+            parts.append(f"{col} IS NULL")
+        elif isinstance(want, tuple):
+            parts.append(f"{col} IN ({', '.join(['%s'] * len(want))})")
+            plan.extend(("c", v) for v in want)
+        else:
+            parts.append(f"{col} = %s")
+            plan.append(("c", want))
+    return " AND ".join(parts), plan
+
+
+def update_sql(conn, fence: Fence, values: dict) -> tuple[str, list]:
+    """`UPDATE … SET values WHERE <the fence>` and its arguments for `conn`'s database.
+
+    `values` maps attribute names to Python values, adapted by their fields."""
+    guard, args, pks = fence.guard, fence.args, fence.pks
+    nulls = None if None not in args else tuple(a is None for a in args)
+    key = (conn.vendor, guard, tuple(values), None if pks is None else len(pks), nulls)
     cached = _BUILT.get(key)
     if cached is None:
-        meta, qn_ = model._meta, conn.ops.quote_name
+        meta, quote = guard.model._meta, conn.ops.quote_name
         fields = [meta.get_field(k) for k in values]
-        sets = ", ".join(f"{qn_(f.column)} = %s" for f in fields)
-        sql = f"UPDATE {qn_(meta.db_table)} SET {sets} WHERE {qn_(meta.pk.column)} = %s" + (f" AND {where}" if where else "")
-        cached = _BUILT[key] = (sql, adapters(fields))
-    sql, adapts = cached
-    args = db_values(adapts, values.values(), conn.ops)
-    args.append(pk)
-    args.extend(params)
-    return sql, args
+        where, plan = _where(guard, quote, key[3], nulls)
+        sets = ", ".join(f"{quote(f.column)} = %s" for f in fields)
+        cached = _BUILT[key] = (f"UPDATE {quote(meta.db_table)} SET {sets} WHERE {where}", adapters(fields), plan,
+                                adapters([f for f, want in guard.conditions if want is ARG]))
+    sql, adapts, plan, arg_adapts = cached
+    out = db_values(adapts, values.values(), conn.ops)
+    if pks is None:
+        out.append(fence.pk)
+    else:
+        out.extend(pks)
+    if plan:
+        bound = db_values(arg_adapts, args, conn.ops) if args else args
+        out.extend(v if kind == "c" else bound[v] for kind, v in plan)
+    return sql, out
+
+
+def update(fence: Fence, values: dict, conn=None) -> None:
+    """One guarded update now; a miss raises FenceLost (the caller's transaction rolls back)."""
+    if not update_if(fence, values, conn):
+        raise lost(fence.guard.name)
+
+
+def update_if(fence: Fence, values: dict, conn=None) -> bool:
+    """One guarded update now: whether it hit every row its fence names (no rows: nothing to do).
+
+    It runs on the connection's ORM cursor: a cold path's statements vary with what they set, and
+    preparing them (the hot cursor) would only crowd the hot path's out of the prepared ones."""
+    if fence.pks is not None and not fence.pks:
+        return True
+    if conn is None:
+        conn = connections[DEFAULT_DB_ALIAS]
+    sql, args = update_sql(conn, fence, values)
+    with conn.cursor() as cur:
+        hot_execute(cur, sql, args)
+        return cur.rowcount == fence.expect
+
+
+def _returning(conn, column: str) -> str:
+    return conn.ops.quote_name(column)  # a quoted name stays as it is
 
 
 def insert_returning(cur, statement: str, params: list, column: str):
-    """Run an INSERT of one row and return `column` of the row written."""
-    hot_execute(cur, f"{statement} RETURNING {column}", params)
+    """Run an INSERT of one row (a catalogue statement) and return `column` of the row written."""
+    hot_execute(cur, f"{statement} RETURNING {_returning(cur.db, column)}", params)
     return cur.fetchone()[0]
 
 
@@ -64,29 +138,37 @@ class Writes:
         self.pg = cur.db.vendor == "postgresql"
         self.pending: list = []
 
-    def update(self, model, pk: str, values: dict, where: str = "", params: Iterable = ()) -> None:
-        """A guarded update of one row (`update_sql`): it must hit exactly that row."""
-        sql, args = update_sql(self.cur.db, model, pk, values, where, params)
-        self.add(sql, args)
+    def update(self, fence: Fence, values: dict) -> None:
+        """A guarded update (`update_sql`): it must hit every row its fence names."""
+        if fence.pks is not None and not fence.pks:
+            return
+        sql, args = update_sql(self.cur.db, fence, values)
+        self._add(sql, args, fence.expect, None, None, fence.guard.name)
 
     def add(self, sql: str, params: list, *, expect: int = 1, returning: str | None = None, on_result=None) -> None:
-        """`sql` (an UPDATE or INSERT without RETURNING) must hit `expect` rows; with `returning`
-        (a column) `on_result` receives its value from the one row written."""
+        """`sql` (a catalogue INSERT or UPDATE, without RETURNING) must hit `expect` rows; with
+        `returning` (a column) `on_result` receives its value from the one row written."""
+        if returning is not None:
+            returning = _returning(self.cur.db, returning)
+        self._add(sql, params, expect, returning, on_result, None)
+
+    def _add(self, sql, params, expect, returning, on_result, what) -> None:
         if not self.pg:
+            cur = self.cur
             if returning is not None:
-                hot_execute(self.cur, f"{sql} RETURNING {returning}", params)
-                row = self.cur.fetchone()
+                hot_execute(cur, f"{sql} RETURNING {returning}", params)
+                row = cur.fetchone()
                 if row is None:
-                    raise FenceLost("stale Run: a guarded write lost its fence; nothing was changed")
+                    raise lost(what)
                 on_result(row[0])
             else:
-                hot_execute(self.cur, sql, params)
-                if self.cur.rowcount != expect:
-                    raise FenceLost("stale Run: a guarded update lost its fence; nothing was changed")
+                hot_execute(cur, sql, params)
+                if cur.rowcount != expect:
+                    raise lost(what)
             return
-        self.pending.append((sql, params, expect, returning, on_result))
+        self.pending.append((sql, params, expect, returning, on_result, what))
 
-    def flush(self, tail: str | None = None, tail_params: Iterable = ()) -> list[tuple]:
+    def flush(self, tail: str | None = None, tail_params=()) -> list[tuple]:
         """Send what is pending (PostgreSQL) and run `tail`; returns the tail's rows."""
         cur, pending = self.cur, self.pending
         if not pending:
@@ -112,9 +194,9 @@ class Writes:
         hot_execute(cur, sql, args)
         rows = cur.fetchall()
         head, k = rows[0], 0
-        for _sql, _params, expect, returning, on_result in pending:
+        for _sql, _params, expect, returning, on_result, what in pending:
             if head[k] != expect:
-                raise FenceLost("stale Run: a guarded write lost its fence; nothing was changed")
+                raise lost(what)
             k += 1
             if returning:
                 on_result(head[k])

@@ -11,6 +11,7 @@ from ..event_types import EventType
 from ..events import event_append
 from ..models import Action, ActionStatus, ExecutionMode, Run, RunStatus, WorkItem, WorkItemStatus, new_id
 from .. import db
+from ..db.guards import ACTION_CLAIMABLE, ITEM_CLAIMABLE_GRAPH, ITEM_CLAIMABLE_LINEAR
 from ..domain import rules
 from . import common
 from .common import resolve_now, running_in_workspace, store_transaction
@@ -40,7 +41,7 @@ def action_claim(
     different workspaces never serialise; on SQLite the IMMEDIATE transaction serialises the
     whole claim. The hot path is a few fixed SQL statements (db.RowSpec): one candidate
     read over the partial index of claimable actions, then one batch (`db.Writes`: a single
-    statement on PostgreSQL) of two guarded updates, the run and the event.
+    statement on PostgreSQL) of two guarded updates (`db.guards`), the run and the event.
     """
     return claim_attempt(owner_boot_id=owner_boot_id, lease_ms=lease_ms, actor=actor, now=now)[0]
 
@@ -134,19 +135,16 @@ def _try_claim(cur, action: Action, item: WorkItem, owner_boot_id: str, lease_ms
     # action and item rows (PostgreSQL) or the transaction holds the write lock (SQLite), so the
     # guards below cannot fail unless the store is inconsistent: a miss rolls the claim back.
     w = db.Writes(cur)
-    w.update(Action, action.pk,
+    w.update(ACTION_CLAIMABLE.row(action.pk, action.lease_epoch),
              {"status": ActionStatus.RUNNING, "attempt": attempt, "lease_epoch": epoch, "current_run_id": run_id,
-              "updated_at": now, "claimable": False},
-             '"status" = %s AND "current_run_id" IS NULL AND "lease_epoch" = %s', [ActionStatus.READY, action.lease_epoch])
+              "updated_at": now, "claimable": False})
     if in_graph:
-        w.update(WorkItem, item.pk,
-                 {"status": WorkItemStatus.RUNNING, "current_action_id": action.pk, "current_run_id": None, "updated_at": now},
-                 '"status" IN (%s, %s)', [WorkItemStatus.READY, WorkItemStatus.RUNNING])
+        w.update(ITEM_CLAIMABLE_GRAPH.row(item.pk),
+                 {"status": WorkItemStatus.RUNNING, "current_action_id": action.pk, "current_run_id": None, "updated_at": now})
         item.current_run_id = None
     else:
-        w.update(WorkItem, item.pk, {"status": WorkItemStatus.RUNNING, "current_run_id": run_id, "updated_at": now},
-                 '"status" = %s AND "current_action_id" = %s AND "current_run_id" IS NULL',
-                 [WorkItemStatus.READY, action.pk])
+        w.update(ITEM_CLAIMABLE_LINEAR.row(item.pk, action.pk),
+                 {"status": WorkItemStatus.RUNNING, "current_run_id": run_id, "updated_at": now})
         item.current_run_id = run_id
     item.status = WorkItemStatus.RUNNING
     item.current_action_id = action.pk
@@ -175,7 +173,8 @@ def _insert_run(writes: db.Writes, run_id: str, action: Action, item: WorkItem, 
     d = run.__dict__
     params = db.db_values(_RUN_INSERT_ADAPTERS, [d[f.attname] for f in db.INSERT_FIELDS["Run"]], conn.ops)
     params.append(action.pk)
-    writes.add(db.sql("run_insert", conn), params, returning='"progress_revision"', on_result=lambda v: setattr(run, "progress_revision", v))
+    writes.add(db.sql("run_insert", conn), params, returning="progress_revision",
+               on_result=lambda v: setattr(run, "progress_revision", v))
     return run
 
 

@@ -14,7 +14,8 @@ from django.db import connection, transaction
 
 from .. import clock, db
 from ..constants import MAX_INT32
-from ..errors import FenceLost, InvalidInput, NotFound, ReservationActive
+from ..db.guards import ITEM_AS_READ, RUN_RUNNING, Fence
+from ..errors import InvalidInput, NotFound, ReservationActive
 from ..models import Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
 from ..domain import normalize, rules, workflows
 
@@ -116,18 +117,12 @@ def lease_rows(run_id: str, cur=None) -> tuple[Run | None, Action | None, WorkIt
             db.ITEM_ROW.build_many([row[m:]], conn)[0])
 
 
-def guarded_update(qs, **values) -> None:
-    """An update that must hit exactly one row; otherwise the transaction rolls back (DOMAIN §2.7)."""
-    if qs.update(**values) != 1:
-        raise FenceLost("stale Run: a guarded update lost its fence; nothing was changed")
-
-
 def save_item_state(item: WorkItem, now: datetime, *, status: str, current_action_id, current_run_id=None,
-                    guard=None, **extra) -> None:
-    """Write the item's status and pointers as a guarded update: `guard` (a queryset), or by
-    default the item's row as the caller holds it under its lock (same status)."""
+                    guard: Fence | None = None, **extra) -> None:
+    """Write the item's status and pointers as a guarded update: `guard` (a bound guard of
+    `db.guards`), or by default the item's row as the caller holds it under its lock (same status)."""
     if guard is None:
-        guard = WorkItem.objects.filter(pk=item.pk, status=item.status)
+        guard = ITEM_AS_READ.of(item)
     item.status = status
     item.current_action_id = current_action_id
     item.current_run_id = current_run_id
@@ -135,7 +130,7 @@ def save_item_state(item: WorkItem, now: datetime, *, status: str, current_actio
     for k, v in extra.items():
         setattr(item, k, v)
     values = dict(status=status, current_action_id=current_action_id, current_run_id=current_run_id, updated_at=now, **extra)
-    guarded_update(guard, **values)
+    db.update(guard, values)
 
 
 # --- actions from stages (DOMAIN §4.5, §12.9) ------------------------------------------------
@@ -213,9 +208,7 @@ def supersede_runs(item: WorkItem, action_ids: list[str], status: str, reason: s
     """End every running run of the given actions (DOMAIN [DEV-2])."""
     ids = list(Run.objects.filter(work_item_id=item.pk, action_id__in=action_ids, status=RunStatus.RUNNING)
                .order_by("pk").values_list("pk", flat=True))
-    if ids and Run.objects.filter(pk__in=ids, status=RunStatus.RUNNING).update(
-            status=status, ended_at=now, error=reason) != len(ids):
-        raise FenceLost("stale Run: a run to end was no longer running; nothing was changed")
+    db.update(RUN_RUNNING.rows(ids), {"status": status, "ended_at": now, "error": reason})
     return ids
 
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Iterable
 
 from django.db import connection
 
 from .. import db
 from ..domain import rules
-from ..errors import FenceLost, InvalidState
+from ..db.guards import ACTION_AS_READ, ACTION_HELD, RUN_RUNNING, Fence
+from ..errors import InvalidState
 from ..models import Action, ActionStatus, Run, RunStatus, WorkItem
-from .common import guarded_update, item_actions, refuse_if_reserved, save_item_state
+from .common import item_actions, refuse_if_reserved, save_item_state
 
 
 def graph_actions(cur, item_id: str) -> list[Action]:
@@ -59,10 +59,11 @@ def sync_claimable(item: WorkItem, actions: list[Action] | None = None, writes: 
 def _add_flag_writes(writes: db.Writes, on: set, off: set) -> None:
     for ids, flag in ((on, True), (off, False)):
         if ids:  # primary-key order: the row locks of PostgreSQL are taken in one order
-            writes.add(db.sql("set_claimable", writes.cur.db, ids=len(ids)), [flag, *sorted(ids)], expect=len(ids))
+            writes.update(ACTION_HELD.rows(sorted(ids)), {"claimable": flag})
 
 
-def graph_refresh(item: WorkItem, now: datetime, actions: list[Action] | None = None, guard=None) -> list[Action]:
+def graph_refresh(item: WorkItem, now: datetime, actions: list[Action] | None = None,
+                  guard: Fence | None = None) -> list[Action]:
     """Graph refresh (DOMAIN §7.6) as a guarded update of the item (`guard`, or its row as held)."""
     if actions is None:
         actions = item_actions(item)
@@ -71,14 +72,14 @@ def graph_refresh(item: WorkItem, now: datetime, actions: list[Action] | None = 
     return actions
 
 
-def graph_refresh_locked(writes: db.Writes, item: WorkItem, actions: list[Action], now: datetime, *, where: str,
-                         params: Iterable) -> list[Action]:
+def graph_refresh_locked(writes: db.Writes, item: WorkItem, actions: list[Action], now: datetime, *,
+                         guard: Fence) -> list[Action]:
     """Graph refresh and the claimable flags from one read of the item's actions, added to
-    `writes`: the item's write is guarded by `where` over its row; flags are written only for
+    `writes`: the item's write is guarded by `guard` (the item's row); flags are written only for
     actions whose flag changes."""
     status, current = rules.graph_status(actions)
     values = {"status": status, "current_action_id": current, "current_run_id": None, "updated_at": now}
-    writes.update(WorkItem, item.pk, values, where, params)
+    writes.update(guard, values)
     for k, v in values.items():
         setattr(item, k, v)
     sync_claimable(item, actions, writes)
@@ -112,14 +113,10 @@ def plan_graph_reset(item: WorkItem, actions: list[Action], target_stage: str, r
 def apply_graph_reset(plan: ResetPlan, replacement: dict | None, reason: str, now: datetime) -> Action:
     """Steps 5-8 of DOMAIN §7.8: the plan's running runs superseded, its actions back to ready
     (the target rewritten by `replacement`), each write guarded on the row as the plan read it."""
-    if plan.running_runs:
-        n = Run.objects.filter(pk__in=[r.pk for r in plan.running_runs], status=RunStatus.RUNNING).update(
-            status=RunStatus.SUPERSEDED, ended_at=now, error=reason)
-        if n != len(plan.running_runs):
-            raise FenceLost("stale Run: a run to supersede was no longer running; nothing was changed")
+    db.update(RUN_RUNNING.rows([r.pk for r in plan.running_runs]),
+              {"status": RunStatus.SUPERSEDED, "ended_at": now, "error": reason})
     for a in plan.affected:
-        guard = Action.objects.filter(pk=a.pk, status=a.status, lease_epoch=a.lease_epoch,
-                                      current_run_id=a.current_run_id)
+        guard = ACTION_AS_READ.of(a)
         bump = a.status == ActionStatus.RUNNING and bool(a.current_run_id)
         a.status = ActionStatus.READY
         a.attempt = 0
@@ -133,7 +130,7 @@ def apply_graph_reset(plan: ResetPlan, replacement: dict | None, reason: str, no
             for name in rules.RESET_FIELDS:
                 setattr(a, name, replacement[name])
             fields += rules.RESET_FIELDS
-        guarded_update(guard, **{f: getattr(a, f) for f in fields})
+        db.update(guard, {f: getattr(a, f) for f in fields})
     return plan.target
 
 

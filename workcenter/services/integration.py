@@ -5,7 +5,9 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..models import Action, ActionStatus, Run, RunStatus, WorkspaceMode
+from .. import db
+from ..db.guards import ACTION_OF_LEASE, RUN_OF_LEASE
+from ..models import Action, WorkspaceMode
 from ..domain import rules
 from ..clock import iso_ms
 from . import common
@@ -37,9 +39,8 @@ def integration_set_workspace(*, action_id: str | None, run_id: str, owner_boot_
         lease = _fenced(run_id, owner_boot_id, lease_epoch, action_id, now, require_live=True)
         if lease is None or not isinstance(workspace, dict):
             return None
-        n = Action.objects.filter(pk=lease.action.pk, status=ActionStatus.RUNNING, current_run_id=run_id,
-                                  lease_epoch=lease_epoch).update(workspace=workspace, workspace_mode=WorkspaceMode.INTEGRATE)
-        if n != 1:
+        if not db.update_if(ACTION_OF_LEASE.row(lease.action.pk, run_id, lease_epoch),
+                            {"workspace": workspace, "workspace_mode": WorkspaceMode.INTEGRATE}):
             return None
         lease.action.workspace, lease.action.workspace_mode = workspace, WorkspaceMode.INTEGRATE
         return lease.action
@@ -67,10 +68,9 @@ def integration_acquire(*, action_id: str | None, run_id: str, owner_boot_id: st
             "token": token, "run_id": run_id, "owner_boot_id": owner_boot_id,
             "lease_epoch": lease_epoch, "expires_at": iso_ms(expires),
         })
-        common.guarded_update(Action.objects.filter(pk=action.pk, current_run_id=run_id, lease_epoch=lease_epoch),
-                              workspace=new_ws)
+        db.update(ACTION_OF_LEASE.row(action.pk, run_id, lease_epoch), {"workspace": new_ws})
         # the reservation renews the lease: the page's "no heartbeat" clock restarts with it
-        common.guarded_update(Run.objects.filter(pk=run_id, status=RunStatus.RUNNING), expires_at=expires, renewed_at=now)
+        db.update(RUN_OF_LEASE.row(run_id, owner_boot_id, lease_epoch), {"expires_at": expires, "renewed_at": now})
         action.workspace = new_ws
         return Reservation(action=action, token=token, expires_at=expires)
 
@@ -106,9 +106,8 @@ def _settle(action_id, run_id, owner_boot_id, lease_epoch, token, workspace, now
         lease = _fenced(run_id, owner_boot_id, lease_epoch, action_id, now, require_live=False)
         if lease is None or not _reservation_matches(lease.action, run_id, owner_boot_id, lease_epoch, token, now):
             return None
-        n = Action.objects.filter(pk=lease.action.pk, current_run_id=run_id, lease_epoch=lease_epoch).update(
-            workspace=workspace, workspace_mode=WorkspaceMode.INTEGRATE)
-        if n != 1:
+        if not db.update_if(ACTION_OF_LEASE.row(lease.action.pk, run_id, lease_epoch),
+                            {"workspace": workspace, "workspace_mode": WorkspaceMode.INTEGRATE}):
             return None
         lease.action.workspace, lease.action.workspace_mode = workspace, WorkspaceMode.INTEGRATE
         return lease.action

@@ -5,6 +5,8 @@ from datetime import datetime
 
 from django.db.models import Q
 
+from .. import db
+from ..db.guards import ACTION_OF_LEASE, ITEM_OF_LEASE, RUN_RUNNING
 from ..errors import InvalidInput
 from ..event_types import EventType
 from ..events import event_append
@@ -64,30 +66,25 @@ def _recover_one(item: WorkItem, run: Run, now: datetime, actor: str) -> bool:
     a_status = ActionStatus.READY if retryable else ActionStatus.FAILED
     if not current:
         status = RunStatus.CANCELLED if item.status == WorkItemStatus.CANCELLED else RunStatus.SUPERSEDED
-        common.guarded_update(Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING),
-                              status=status, ended_at=now, error=STALE_ERROR)
+        db.update(RUN_RUNNING.row(run.pk), {"status": status, "ended_at": now, "error": STALE_ERROR})
         if owns_action:
-            common.guarded_update(
-                Action.objects.filter(pk=action.pk, status=ActionStatus.RUNNING, current_run_id=run.pk),
-                status=a_status, current_run_id=None, updated_at=now, claimable=False)
+            db.update(ACTION_OF_LEASE.row(action.pk, run.pk, run.lease_epoch),
+                      {"status": a_status, "current_run_id": None, "updated_at": now, "claimable": False})
         if in_graph and item.status not in (WorkItemStatus.DONE, WorkItemStatus.CANCELLED):  # [DEV-3]
             graph.graph_refresh(item, now)
         graph.sync_claimable(item)
         event_append(work_item_id=item.pk, type=EventType.RUN_STALE_RECOVERED, data={"status": status},
                      action_id=action.pk, run_id=run.pk, actor=actor, now=now)
         return True
-    common.guarded_update(Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING),
-                          status=RunStatus.INTERRUPTED, ended_at=now, error=RECOVERY_ERROR)
-    common.guarded_update(
-        Action.objects.filter(pk=action.pk, status=ActionStatus.RUNNING, current_run_id=run.pk),
-        status=a_status, current_run_id=None, updated_at=now, claimable=False)
+    db.update(RUN_RUNNING.row(run.pk), {"status": RunStatus.INTERRUPTED, "ended_at": now, "error": RECOVERY_ERROR})
+    db.update(ACTION_OF_LEASE.row(action.pk, run.pk, run.lease_epoch),
+              {"status": a_status, "current_run_id": None, "updated_at": now, "claimable": False})
     if in_graph:
         graph.graph_refresh(item, now)
     else:
         common.save_item_state(item, now, status=WorkItemStatus.READY if retryable else WorkItemStatus.NEEDS_ATTENTION,
                                current_action_id=action.pk, current_run_id=None,
-                               guard=WorkItem.objects.filter(pk=item.pk, status=WorkItemStatus.RUNNING,
-                                                             current_action_id=action.pk, current_run_id=run.pk))
+                               guard=ITEM_OF_LEASE.row(item.pk, action.pk, run.pk))
     graph.sync_claimable(item)
     event_append(work_item_id=item.pk, type=EventType.RUN_INTERRUPTED, data={"retryable": retryable},
                  action_id=action.pk, run_id=run.pk, actor=actor, now=now)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from .. import db
+from ..db.guards import ACTION_AS_READ, ITEM_AS_READ, ITEM_WITH_CURRENT
 from ..errors import InvalidInput, InvalidState, NotFound
 from ..event_types import EventType
 from ..events import event_append
@@ -146,11 +148,7 @@ def _release_action(item: WorkItem, action: Action, *, status: str, run_error: s
         common.supersede_runs(item, [action.pk], RunStatus.SUPERSEDED, run_error, now)
         values["lease_epoch"] = action.lease_epoch + 1
     values.update(extra or {})
-    common.guarded_update(
-        Action.objects.filter(pk=action.pk, status=action.status, current_run_id=action.current_run_id,
-                              lease_epoch=action.lease_epoch),
-        **values,
-    )
+    db.update(ACTION_AS_READ.of(action), values)
     for key, value in values.items():
         setattr(action, key, value)
 
@@ -163,12 +161,11 @@ def _refuse_linear_status(item: WorkItem, allowed: tuple[str, ...], what: str) -
 
 def _item_after(item: WorkItem, action: Action, now: datetime, *, linear_status: str) -> None:
     """Graph items are refreshed (DOMAIN §7.6); a linear item takes `linear_status` with the action current."""
-    guard = WorkItem.objects.filter(pk=item.pk, status=item.status)
     if item.execution_mode == ExecutionMode.GRAPH:
-        graph.graph_refresh(item, now, guard=guard)
+        graph.graph_refresh(item, now, guard=ITEM_AS_READ.of(item))
     else:
         common.save_item_state(item, now, status=linear_status, current_action_id=action.pk, current_run_id=None,
-                               guard=guard.filter(current_action_id=action.pk))
+                               guard=ITEM_WITH_CURRENT.row(item.pk, item.status, action.pk))
     graph.sync_claimable(item)
 
 
@@ -324,9 +321,7 @@ def action_edit(
                             extra={"attempt": 0, **changes})
             _item_after(item, action, now, linear_status=WorkItemStatus.READY)
         else:
-            common.guarded_update(
-                Action.objects.filter(pk=action.pk, status=action.status, lease_epoch=action.lease_epoch),
-                updated_at=now, **changes)
+            db.update(ACTION_AS_READ.of(action), {"updated_at": now, **changes})
             for key, value in {"updated_at": now, **changes}.items():
                 setattr(action, key, value)
         changed_fields = [f for f in ("instruction", "brief", "max_attempts", "workspace_mode") if f in changes]

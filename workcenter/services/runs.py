@@ -16,6 +16,8 @@ from ..event_types import EventType
 from ..events import event_append, publish_progress_on_commit
 from ..models import Action, ActionStatus, ActionType, ExecutionMode, Run, RunStatus, WorkItem, WorkItemStatus
 from .. import db
+from ..db.guards import (ACTION_OF_LEASE, ITEM_HELD, ITEM_LIVE, ITEM_OF_LEASE, RUN_OF_LEASE, RUN_WITHOUT_SNAPSHOTS,
+                         Fence)
 from ..domain import normalize, planning, rules, workflows
 from . import common, graph
 from .claims import Claim
@@ -48,9 +50,8 @@ def run_renew(*, run_id: str, owner_boot_id: str, lease_epoch: int, lease_ms: in
         if lease is None:
             return None
         expires = common.lease_expiry(now, lease_ms)
-        n = Run.objects.filter(pk=run_id, status=RunStatus.RUNNING, lease_epoch=lease_epoch,
-                               owner_boot_id=owner_boot_id).update(expires_at=expires, renewed_at=now)
-        if n != 1:
+        if not db.update_if(RUN_OF_LEASE.row(run_id, owner_boot_id, lease_epoch),
+                            {"expires_at": expires, "renewed_at": now}):
             return None
         lease.run.expires_at, lease.run.renewed_at = expires, now
         return lease.run
@@ -70,8 +71,7 @@ def run_progress(*, run_id: str, owner_boot_id: str, lease_epoch: int, progress:
         run = lease.run
         values = common.apply_progress_fields(progress)
         values["progress_revision"] = run.progress_revision + 1
-        n = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, lease_epoch=lease_epoch).update(**values)
-        if n != 1:
+        if not db.update_if(RUN_OF_LEASE.row(run.pk, owner_boot_id, lease_epoch), values):
             return None
         for k, v in values.items():
             setattr(run, k, v)
@@ -89,8 +89,7 @@ def run_set_snapshots(*, run_id: str, owner_boot_id: str, lease_epoch: int, snap
         if lease is None:
             return False
         values = {f: (snapshots or {}).get(f) if isinstance((snapshots or {}).get(f), dict) else None for f in SNAPSHOT_FIELDS}
-        n = Run.objects.filter(pk=run_id, status=RunStatus.RUNNING, **{f"{f}__isnull": True for f in SNAPSHOT_FIELDS}).update(**values)
-        return n == 1
+        return db.update_if(RUN_WITHOUT_SNAPSHOTS.row(run_id), values)
 
 
 def _retry_state(action: Action) -> bool:
@@ -125,10 +124,10 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
         run, action, item = lease.run, lease.action, lease.item
         mode_before = item.execution_mode
         w = db.Writes(cur)
-        _record_outcome(w, run, sub, lease_epoch, now)
+        _record_outcome(w, run, sub, now)
         _apply_contract(w, item, action, sub, new_snapshot)
         a_status = _finish_action(w, action, run, sub["outcome"], item.execution_mode, now)
-        guard = _item_guard(mode_before, action, run)
+        guard = _item_guard(mode_before, item, action, run)
         if item.execution_mode == ExecutionMode.GRAPH:
             event_type, data = _advance_graph(w, cur, lease, sub, new_snapshot, a_status, guard, now)
         else:
@@ -190,7 +189,7 @@ def _fenced_submission(cur, run_id: str, owner_boot_id: str, lease_epoch: int, r
     return lease, sub, new_snapshot
 
 
-def _record_outcome(w: db.Writes, run: Run, sub: dict, lease_epoch: int, now: datetime) -> None:
+def _record_outcome(w: db.Writes, run: Run, sub: dict, now: datetime) -> None:
     """The run records the final outcome and every submitted field, overwritten (§7.2)."""
     values = {
         "status": sub["outcome"], "ended_at": now, "response": sub["response"], "summary": sub["summary"],
@@ -200,7 +199,7 @@ def _record_outcome(w: db.Writes, run: Run, sub: dict, lease_epoch: int, now: da
         "progress_revision": run.progress_revision + 1,
     }
     values.update({f: sub[f] for f in normalize.COUNTER_FIELDS})
-    w.update(Run, run.pk, values, '"status" = %s AND "lease_epoch" = %s', [RunStatus.RUNNING, lease_epoch])
+    w.update(RUN_OF_LEASE.row(run.pk, run.owner_boot_id, run.lease_epoch), values)
     for k, v in values.items():
         setattr(run, k, v)
 
@@ -219,7 +218,7 @@ def _apply_contract(w: db.Writes, item: WorkItem, action: Action, sub: dict, new
         values["workflow_template"] = new_snapshot.get("id") or item.workflow_template
     if values:
         # the item is locked and its later write (status) goes in another batch: no row twice in one
-        w.update(WorkItem, item.pk, values)
+        w.update(ITEM_HELD.row(item.pk), values)
         w.flush()
         for k, v in values.items():
             setattr(item, k, v)
@@ -235,22 +234,21 @@ def _finish_action(w: db.Writes, action: Action, run: Run, outcome: str, mode: s
         status = ActionStatus.READY if _retry_state(action) else ActionStatus.FAILED
     else:
         status = ActionStatus.FAILED
-    w.update(Action, action.pk, {"status": status, "current_run_id": None, "updated_at": now, "claimable": False},
-             '"status" = %s AND "current_run_id" = %s', [ActionStatus.RUNNING, run.pk])
+    w.update(ACTION_OF_LEASE.row(action.pk, run.pk, run.lease_epoch),
+             {"status": status, "current_run_id": None, "updated_at": now, "claimable": False})
     action.status, action.current_run_id, action.updated_at, action.claimable = status, None, now, False
     return status
 
 
-def _item_guard(mode_before: str, action: Action, run: Run) -> tuple[str, list]:
-    """The item's guard (SQL over its row, parameters): it follows the mode the run ran under [DEV-6]."""
+def _item_guard(mode_before: str, item: WorkItem, action: Action, run: Run) -> Fence:
+    """The item's guard: it follows the mode the run ran under [DEV-6]."""
     if mode_before == ExecutionMode.GRAPH:
-        return '"status" IN (%s, %s, %s)', list(rules.RUNNING_ITEM_OK)
-    return ('"status" = %s AND "current_action_id" = %s AND "current_run_id" = %s',
-            [WorkItemStatus.RUNNING, action.pk, run.pk])
+        return ITEM_LIVE.row(item.pk)
+    return ITEM_OF_LEASE.row(item.pk, action.pk, run.pk)
 
 
 def _advance_graph(w: db.Writes, cur, lease: rules.Lease, sub: dict, new_snapshot: dict | None, a_status: str,
-                   guard: tuple[str, list], now: datetime) -> tuple[str, dict]:
+                   guard: Fence, now: datetime) -> tuple[str, dict]:
     """Graph follow-ups (new planned actions or a review's reset) and graph refresh with the
     claimable flags (§7.6); returns the event."""
     run, action, item = lease.run, lease.action, lease.item
@@ -273,12 +271,11 @@ def _advance_graph(w: db.Writes, cur, lease: rules.Lease, sub: dict, new_snapsho
             if a.pk == action.pk:
                 a.status, a.current_run_id, a.claimable = a_status, None, False
         event_type, data = _graph_followups(item, action, run, sub, new_snapshot, event_type, data, now)
-    graph.graph_refresh_locked(w, item, actions, now, where=guard[0], params=guard[1])
+    graph.graph_refresh_locked(w, item, actions, now, guard=guard)
     return event_type, data
 
 
-def _advance_linear(w: db.Writes, lease: rules.Lease, sub: dict, guard: tuple[str, list],
-                    now: datetime) -> tuple[str, dict]:
+def _advance_linear(w: db.Writes, lease: rules.Lease, sub: dict, guard: Fence, now: datetime) -> tuple[str, dict]:
     """The linear next step (§7.7): the item's status and current action, a new action for the
     next stage, the claimable flags; returns the event."""
     run, action, item = lease.run, lease.action, lease.item
@@ -288,7 +285,7 @@ def _advance_linear(w: db.Writes, lease: rules.Lease, sub: dict, guard: tuple[st
     event_type, data = _event_for(outcome, action, run, sub, ExecutionMode.LINEAR)
     status, current = _linear_next(item, action, run, sub, now)
     values = {"status": status, "current_action_id": current, "current_run_id": None, "updated_at": now}
-    w.update(WorkItem, item.pk, values, guard[0], guard[1])
+    w.update(guard, values)
     for k, v in values.items():
         setattr(item, k, v)
     if outcome == RunStatus.COMPLETED and status == WorkItemStatus.DONE:
@@ -385,23 +382,18 @@ def interrupt_locked(lease: rules.Lease, now: datetime, *, reason: str, final_pr
     if isinstance(final_progress, dict):
         values.update(common.apply_progress_fields(final_progress))
         values["progress_revision"] = run.progress_revision + 1
-    common.guarded_update(Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING), **values)
+    db.update(RUN_OF_LEASE.row(run.pk, run.owner_boot_id, run.lease_epoch), values)
     fault_point("after_interrupt_run_update")
     a_status = ActionStatus.READY if retryable else ActionStatus.FAILED
-    common.guarded_update(
-        Action.objects.filter(pk=action.pk, status=ActionStatus.RUNNING, current_run_id=run.pk),
-        status=a_status, current_run_id=None, updated_at=now, claimable=False,
-    )
+    db.update(ACTION_OF_LEASE.row(action.pk, run.pk, run.lease_epoch),
+              {"status": a_status, "current_run_id": None, "updated_at": now, "claimable": False})
     action.status = a_status
     if item.execution_mode == ExecutionMode.GRAPH:
         graph.graph_refresh(item, now)
     else:
-        common.guarded_update(
-            WorkItem.objects.filter(pk=item.pk, status=WorkItemStatus.RUNNING, current_action_id=action.pk,
-                                    current_run_id=run.pk),
-            status=WorkItemStatus.READY if retryable else WorkItemStatus.NEEDS_ATTENTION,
-            current_run_id=None, updated_at=now,
-        )
+        db.update(ITEM_OF_LEASE.row(item.pk, action.pk, run.pk),
+                  {"status": WorkItemStatus.READY if retryable else WorkItemStatus.NEEDS_ATTENTION,
+                   "current_run_id": None, "updated_at": now})
         item.status = WorkItemStatus.READY if retryable else WorkItemStatus.NEEDS_ATTENTION
         item.current_run_id = None
     graph.sync_claimable(item)

@@ -8,7 +8,9 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError
 
-from ..errors import FenceLost, InvalidInput, InvalidState, RevisionConflict, WorkflowError
+from .. import db
+from ..db.guards import ACTION_OPEN, ACTION_OPEN_OR_FAILED, ITEM_AS_READ, ITEM_AT_REVISION, RUN_RUNNING, Fence
+from ..errors import InvalidInput, InvalidState, RevisionConflict, WorkflowError
 from ..event_types import EventType
 from ..events import event_append
 from ..models import ExecutionMode, OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
@@ -215,10 +217,13 @@ def work_item_start(*, item_id: str, actor: str = "system", now: datetime | None
         return item
 
 
-def _status_guard(item: WorkItem, status: str, **fence):
-    """The item's row as it was read under the lock: its final state write is a guarded update
-    (DOMAIN §6; the row lock already excludes writers, the guard makes any slip loud)."""
-    return WorkItem.objects.filter(pk=item.pk, status=status, **fence)
+def _status_guard(item: WorkItem, status: str, *, at_revision: bool = False) -> Fence:
+    """The item's row as it was read under the lock (`status`, and its revision): its final state
+    write is a guarded update (DOMAIN §6; the row lock already excludes writers, the guard makes
+    any slip loud)."""
+    if at_revision:
+        return ITEM_AT_REVISION.row(item.pk, status, item.revision)
+    return ITEM_AS_READ.row(item.pk, status)
 
 
 def _invalidate(item: WorkItem, now: datetime, *, action_status: str, run_status: str, reason: str,
@@ -227,12 +232,9 @@ def _invalidate(item: WorkItem, now: datetime, *, action_status: str, run_status
     statuses = list(OPEN_ACTION_STATUSES) + ([ActionStatus.FAILED] if include_failed else [])
     ids = list(Action.objects.filter(work_item_id=item.pk, status__in=statuses).order_by("pk").values_list("pk", flat=True))
     runs = list(Run.objects.filter(work_item_id=item.pk, status=RunStatus.RUNNING).values_list("pk", flat=True))
-    if runs and Run.objects.filter(pk__in=runs, status=RunStatus.RUNNING).update(
-            status=run_status, ended_at=now, error=reason) != len(runs):
-        raise FenceLost("a run changed under the item lock; nothing was changed")
-    if ids and Action.objects.filter(pk__in=ids, status__in=statuses).update(
-            status=action_status, current_run_id=None, updated_at=now, claimable=False) != len(ids):
-        raise FenceLost("an action changed under the item lock; nothing was changed")
+    db.update(RUN_RUNNING.rows(runs), {"status": run_status, "ended_at": now, "error": reason})
+    db.update((ACTION_OPEN_OR_FAILED if include_failed else ACTION_OPEN).rows(ids),
+              {"status": action_status, "current_run_id": None, "updated_at": now, "claimable": False})
     return ids
 
 
@@ -278,22 +280,22 @@ def work_item_update(
             or ("acceptance_criteria" in new and list(new["acceptance_criteria"]) != list(item.acceptance_criteria or []))
         )
         # the row as read under the lock: each write below is a guarded update on it
-        guard = WorkItem.objects.filter(pk=item.pk, status=item.status, revision=item.revision)
+        guard = _status_guard(item, item.status, at_revision=True)
         for k, v in new.items():
             setattr(item, k, v)
         item.workspace_key = common.canonicalize_dir(item.work_dir)
         if not contract_changed:
             item.updated_at = now
-            common.guarded_update(guard, **new, workspace_key=item.workspace_key, updated_at=now)
+            db.update(guard, {**new, "workspace_key": item.workspace_key, "updated_at": now})
             event_append(work_item_id=item.pk, type=EventType.WORK_ITEM_UPDATED,
                          data={"revision": item.revision, "changed_fields": changed_fields}, actor=actor, now=now)
             return item
         common.refuse_if_reserved(_open_actions(item), now)
         _invalidate(item, now, action_status=ActionStatus.SUPERSEDED, run_status=RunStatus.SUPERSEDED,
                     reason=rules.REASON_CONTRACT, include_failed=item.execution_mode == ExecutionMode.GRAPH)
-        common.guarded_update(guard, **new, workspace_key=item.workspace_key, revision=item.revision + 1)
+        db.update(guard, {**new, "workspace_key": item.workspace_key, "revision": item.revision + 1})
         item.revision += 1
-        guard = _status_guard(item, item.status, revision=item.revision)
+        guard = _status_guard(item, item.status, at_revision=True)
         action = _insert_initial(item, now, context=[])
         common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk, guard=guard)
         graph.sync_claimable(item)
@@ -379,7 +381,7 @@ def work_item_guide(
         if previous.status not in (ActionStatus.READY, ActionStatus.RUNNING):
             raise InvalidState("WorkItem has no active Action for guidance")
         common.refuse_if_reserved(_open_actions(item), now)
-        guard = _status_guard(item, item.status, revision=item.revision)
+        guard = _status_guard(item, item.status, at_revision=True)
         entry = {"type": "guidance", "role": "user", "summary": text, "evidence": []}
         context = list(previous.context or []) + [entry]
         replacement = rules.action_fields(item, previous=previous, context=context)

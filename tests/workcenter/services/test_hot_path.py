@@ -8,7 +8,7 @@ from tests.conftest import completed, make_graph
 from workcenter import services
 from workcenter.models import Action, Event, Run, WorkItem
 from workcenter import db
-from workcenter.db import hot, rows
+from workcenter.db import guards, hot, rows
 from workcenter.services import common, graph
 from workcenter.services.hooks import inject_fault
 
@@ -109,10 +109,10 @@ def test_a_write_batch_that_misses_a_guard_writes_nothing(store):
     a, b = Action.objects.filter(work_item_id=item.pk).order_by("stage_id")
     before = list(Action.objects.order_by("pk").values_list("pk", "status", "attempt"))
     # when one batch updates the first (its guard holds) and the second with a guard that misses
-    with pytest.raises(FenceLost), transaction.atomic(), db.hot_cursor() as cur:
+    with pytest.raises(FenceLost, match="action_as_read"), transaction.atomic(), db.hot_cursor() as cur:
         w = db.Writes(cur)
-        w.update(Action, a.pk, {"attempt": 7}, '"status" = %s', ["ready"])
-        w.update(Action, b.pk, {"attempt": 7}, '"status" = %s', ["running"])
+        w.update(guards.ACTION_AS_READ.of(a), {"attempt": 7})
+        w.update(guards.ACTION_AS_READ.row(b.pk, "running", None, b.lease_epoch), {"attempt": 7})
         w.flush()
     # then FenceLost rolled both back
     assert list(Action.objects.order_by("pk").values_list("pk", "status", "attempt")) == before
@@ -127,6 +127,32 @@ def test_a_write_batch_that_misses_a_guard_writes_nothing(store):
         w.flush()
     assert got == {"a": 3}
     assert dict(Action.objects.values_list("stage_id", "attempt")) == {"a": 3, "b": 4}
+
+
+def test_a_guarded_update_binds_null_as_is_null_and_must_hit_every_row(store):
+    from django.db import transaction
+
+    from workcenter.errors import FenceLost
+
+    # given two ready actions, held by no run
+    item = make_graph(store, [{"id": "a"}, {"id": "b"}])
+    a, b = Action.objects.filter(work_item_id=item.pk).order_by("stage_id")
+    # a bound None compares as IS NULL, as the ORM's filters do
+    sql, _ = db.update_sql(connection, guards.ACTION_AS_READ.of(a), {"attempt": 1})
+    assert '"current_run_id" IS NULL' in sql
+    assert db.update_if(guards.ACTION_AS_READ.of(a), {"attempt": 1}) is True
+    # a fence that misses answers False and writes nothing
+    assert db.update_if(guards.ACTION_AS_READ.row(a.pk, "running", None, a.lease_epoch), {"attempt": 5}) is False
+    # over several rows every one must be hit: one that left the guard rolls the transaction back
+    with pytest.raises(FenceLost, match="action_open"), transaction.atomic():
+        Action.objects.filter(pk=b.pk).update(status="failed")
+        db.update(guards.ACTION_OPEN.rows([a.pk, b.pk]), {"attempt": 9})
+    assert dict(Action.objects.values_list("stage_id", "attempt")) == {"a": 1, "b": 0}
+    assert Action.objects.get(pk=b.pk).status == "ready"
+    # no rows: nothing to write; a guard binds exactly its own values
+    db.update(guards.RUN_RUNNING.rows([]), {"error": "x"})
+    with pytest.raises(TypeError, match="action_of_lease binds 2 values"):
+        guards.ACTION_OF_LEASE.row(a.pk, "some-run")
 
 
 @pytest.mark.postgres
