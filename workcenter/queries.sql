@@ -85,12 +85,8 @@ SELECT pg_advisory_xact_lock(%s)
 -- event_order_lock if the key is free right now: returns whether it was granted. Locks: as event_order_lock, or nothing (PostgreSQL only).
 SELECT pg_try_advisory_xact_lock(%s)
 
--- name: workspace_lock
--- Serialises services on one workspace key. Locks: the workspace's advisory key to the end of the transaction (PostgreSQL only).
-SELECT pg_advisory_xact_lock(%s)
-
 -- name: workspace_try_lock
--- workspace_lock if no one holds it: returns whether it was granted (claims never wait). Locks: as workspace_lock, or nothing (PostgreSQL only).
+-- Takes one workspace's key if no one holds it: returns whether it was granted (a claim never waits; DOMAIN §5.4). Locks: the workspace's advisory key to the end of the transaction, or nothing (PostgreSQL only).
 SELECT pg_try_advisory_xact_lock(%s)
 
 -- name: detail_item

@@ -38,13 +38,6 @@ def try_workspace_lock(workspace_key: str) -> bool:
         return bool(cur.fetchone()[0])
 
 
-def workspace_lock(workspace_key: str) -> None:
-    if not workspace_key or not db.is_postgres():
-        return
-    with connection.cursor() as cur:
-        cur.execute(db.sql("workspace_lock"), [db.lock_key("ws:" + workspace_key)])
-
-
 def running_in_workspace(workspace_key: str) -> list[tuple[str, str]]:
     """The (workspace mode, item id) of every running action in one workspace (DOMAIN §5.4):
     what a claim holds against `rules.workspace_blocks` inside its transaction, and what the
