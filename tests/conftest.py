@@ -32,15 +32,15 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """WORKCENTER_TEST_SKIPS=postgres-only: only a `postgres`-marked test may skip (the SQLite run);
+    """TESTS_MAY_SKIP=postgres-only: only a `postgres`-marked test may skip (the SQLite run);
     =none: no test may skip (the PostgreSQL run). A skip that breaks the rule is a failure, so a
     missing browser, Redis or fixture cannot hide behind a green run."""
     report = (yield).get_result()
-    rule = os.environ.get("WORKCENTER_TEST_SKIPS", "")
+    rule = os.environ.get("TESTS_MAY_SKIP", "")
     if report.skipped and rule and not hasattr(report, "wasxfail"):
         if rule == "none" or item.get_closest_marker("postgres") is None:
             report.outcome = "failed"
-            report.longrepr = f"skipped, and WORKCENTER_TEST_SKIPS={rule} forbids it: {report.longrepr}"
+            report.longrepr = f"skipped, and TESTS_MAY_SKIP={rule} forbids it: {report.longrepr}"
 
 
 @pytest.fixture(scope="session", autouse=True)

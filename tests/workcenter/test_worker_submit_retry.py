@@ -130,7 +130,8 @@ def test_the_lease_is_renewed_while_the_submission_is_retried():
     # the store is out of reach until the worker renewed the lease twice (renewal every second)
     store = FakeStore([_task()], error=lambda: ConnectionRefusedError("down"))
     store.fail_while = lambda: len([c for c in store.calls if c[0] == "renew"]) < 2
-    w = _run_once(store, lease_ms=1_000)
+    # a 3 s lease: renewals every second (the shortest interval), the retries' limit at 3 s
+    w = _run_once(store, lease_ms=3_000)
     assert store.of("renew")[:2] == [("renew", "run-1", "boot-old", 7)] * 2
     assert w.completed == 1
     assert len(store.of("submit")) >= 3
@@ -158,7 +159,7 @@ def test_the_retries_end_once_the_lease_has_run_out_unconfirmed():
 def test_a_renewal_refused_as_stale_ends_the_retries():
     store = FakeStore([_task()], failures=10 ** 6, renew_ok=False)
     t0 = time.monotonic()
-    w = _run_once(store, lease_ms=1_000)
+    w = _run_once(store, lease_ms=3_000)  # the refused renewal (at 1 s) comes before the limit (3 s)
     assert time.monotonic() - t0 < 10
     assert len(store.of("renew")) == 1
     assert w.completed == 0
