@@ -22,6 +22,7 @@ from .hot import hot_execute
 from .rows import adapters, db_values
 
 _BUILT: dict = {}
+_BOUND_IN_ORDER: list = []
 
 
 def lost(what: str | None) -> FenceLost:
@@ -32,7 +33,7 @@ def lost(what: str | None) -> FenceLost:
 def _where(guard: Guard, quote, count: int | None, nulls: tuple | None) -> tuple[str, list]:
     """The WHERE of `guard` over one row (`count` None) or `count` rows, with `nulls` the ARG
     values bound as None (or None when there are none); and how to fill its parameters after
-    the primary keys: ("c", constant) or ("a", index of the bound value)."""
+    the primary keys: (False, constant) or (True, index of the bound value)."""
     meta = guard.model._meta
     pk = quote(meta.pk.column)
     parts = [f"{pk} = %s" if count is None else f"{pk} IN ({', '.join(['%s'] * count)})"]
@@ -45,16 +46,16 @@ def _where(guard: Guard, quote, count: int | None, nulls: tuple | None) -> tuple
                 parts.append(f"{col} IS NULL")
             else:
                 parts.append(f"{col} = %s")
-                plan.append(("a", i))
+                plan.append((True, i))
             i += 1
         elif want is IS_NULL:
             parts.append(f"{col} IS NULL")
         elif isinstance(want, tuple):
             parts.append(f"{col} IN ({', '.join(['%s'] * len(want))})")
-            plan.extend(("c", v) for v in want)
+            plan.extend((False, v) for v in want)
         else:
             parts.append(f"{col} = %s")
-            plan.append(("c", want))
+            plan.append((False, want))
     return " AND ".join(parts), plan
 
 
@@ -71,17 +72,24 @@ def update_sql(conn, fence: Fence, values: dict) -> tuple[str, list]:
         fields = [meta.get_field(k) for k in values]
         where, plan = _where(guard, quote, key[3], nulls)
         sets = ", ".join(f"{quote(f.column)} = %s" for f in fields)
+        arg_adapts = adapters([f for f, want in guard.conditions if want is ARG])
+        if plan == [(True, i) for i in range(len(args))]:
+            plan = _BOUND_IN_ORDER  # the bound values as they are, in order (no constant between)
         cached = _BUILT[key] = (f"UPDATE {quote(meta.db_table)} SET {sets} WHERE {where}", adapters(fields), plan,
-                                adapters([f for f, want in guard.conditions if want is ARG]))
+                                arg_adapts if any(arg_adapts) else None)
     sql, adapts, plan, arg_adapts = cached
-    out = db_values(adapts, values.values(), conn.ops)
+    ops = conn.ops
+    out = db_values(adapts, values.values(), ops)
     if pks is None:
         out.append(fence.pk)
     else:
         out.extend(pks)
-    if plan:
-        bound = db_values(arg_adapts, args, conn.ops) if args else args
-        out.extend(v if kind == "c" else bound[v] for kind, v in plan)
+    if arg_adapts is not None:
+        args = db_values(arg_adapts, args, ops)
+    if plan is _BOUND_IN_ORDER:
+        out.extend(args)
+    elif plan:
+        out += [args[v] if bound else v for bound, v in plan]
     return sql, out
 
 
