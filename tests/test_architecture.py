@@ -126,7 +126,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "workcenter", "workcenter.apps", "workcenter.choices", "workcenter.constants", "workcenter.errors",
         "workcenter.clock", "workcenter.event_types", "workcenter.schemas", "workcenter.render",
         "workcenter.instruments", "workcenter.security", "workcenter.security_headers", "workcenter.settings",
-        "workcenter.redis_layer", "workcenter.memory_layer", "workcenter.serving", "workcenter.demo_login",
+        "workcenter.redis_layer", "workcenter.memory_layer", "workcenter.send_loop", "workcenter.serving",
+        "workcenter.demo_login",
     )),
     # the worker program: it reaches the store over HTTP (or through local_store, which imports it)
     ("worker", ("workcenter.worker", "workcenter.worker_journal", "workcenter.executors", "workcenter.executors.*")),

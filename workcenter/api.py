@@ -23,7 +23,7 @@ from . import overview as overview_figures
 from . import workers as worker_figures
 from . import item_state, render, selectors, services
 from .auth import CHANGE, DEFINE_WORKFLOWS, RUN_ACTIONS, VIEW, actor_of, api_auth
-from .constants import CLAIM_CONTENDED_HEADER, CLAIM_MORE_HEADER
+from .constants import CLAIM_HINTS
 from .errors import BadRequest, InvalidInput, StaleRun, WorkcenterError
 from .instruments import CLAIM_SECONDS, SUBMIT_SECONDS
 from .services import bulk
@@ -473,21 +473,21 @@ def _stale(run_id: str, payload, *, integration: bool = False) -> StaleRun:
 def action_claim(request, payload: ClaimIn):
     """Claim at most one ready action: 201 with the run holding the lease, 204 when nothing is claimable."""
     with CLAIM_SECONDS.time():
-        claim, hint = _claim_out(payload)
-        response = HttpResponse(status=204) if claim is None else render.response(ClaimOut, claim, 201)
-        if hint is not None:
-            response[hint] = "1"
-        return response
+        claim, hints = _claim_out(payload)
+        waiting = getattr(request, "scope", {}).get(CLAIM_HINTS)  # a long-poll claim runs this attempt
+        if waiting is not None:
+            waiting.update(hints)
+        return HttpResponse(status=204) if claim is None else render.response(ClaimOut, claim, 201)
 
 
-def _claim_out(payload: ClaimIn) -> tuple[dict | None, str | None]:
+def _claim_out(payload: ClaimIn) -> tuple[dict | None, dict]:
     """Claim at most one ready action: what ClaimOut renders, or None when nothing is claimable;
-    and the hint header for a waiting claim (services.claim_attempt): CLAIM_CONTENDED_HEADER when
-    nothing was claimed but a candidate another transaction held was skipped, CLAIM_MORE_HEADER
-    when another action was claimable beside the one claimed."""
+    and the hints for a long-poll claim (CLAIM_HINTS, services.claim_attempt): `contended` when
+    nothing was claimed but a candidate another transaction held was skipped, `more` when another
+    action was claimable beside the one claimed."""
     claim, contended = services.claim_attempt(owner_boot_id=payload.owner_boot_id, lease_ms=payload.lease_ms)
     if claim is None:
-        return None, CLAIM_CONTENDED_HEADER if contended else None
+        return None, {"contended": bool(contended), "more": False}
     detail = _detail(claim.work_item.pk)
     return {
         "work_item": detail,
@@ -495,7 +495,7 @@ def _claim_out(payload: ClaimIn) -> tuple[dict | None, str | None]:
         "run": claim.run,
         "dependencies": selectors.claim_dependencies(claim.action, claim.work_item, actions=detail.actions,
                                                      runs=detail.runs),
-    }, CLAIM_MORE_HEADER if claim.more else None
+    }, {"contended": False, "more": bool(claim.more)}
 
 
 @worker.post("/runs/{run_id}/renew", response={200: RenewOut, **WORKER_ERRORS})

@@ -30,12 +30,15 @@ from workcenter.staticfiles import StaticFilesApp  # noqa: E402
 # server (workcenter/staticfiles.py). Websockets: the live stream of API.md §4 (origin and
 # credential checks in dashboard/routing.py).
 from workcenter.dispatch.longpoll import LongPollClaims  # noqa: E402
+# on the embedded default, other processes' commits (and the wakes of parked claims) come in
+# through the live stream's event pump: a waiting claim keeps it running
+from dashboard.stream.pump import pump  # noqa: E402
 # `/healthz` is answered first, on the event loop, from the process's cached check: a flood of it
 # takes no request thread and opens no connection (workcenter/health.py).
 from workcenter.health import HealthCheck  # noqa: E402
 
 application = ProtocolTypeRouter({
-    "http": HealthCheck(LongPollClaims(StaticFilesApp(django_asgi_app))),
+    "http": HealthCheck(LongPollClaims(StaticFilesApp(django_asgi_app), watch=pump)),
     "websocket": websocket_application,
 })
 

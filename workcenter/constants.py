@@ -21,11 +21,12 @@ RESPONSE_CAP = 65536
 MAX_INT32 = 2**31 - 1
 MAX_INT64 = 2**63 - 1
 
-# The header a 204 of `POST /api/v1/claims` carries when the claim skipped a candidate another
-# transaction held at that moment (services.claims.claim_attempt): the long-poll claim tries again
-# shortly instead of parking, and removes the header from what the client receives.
-CLAIM_CONTENDED_HEADER = "Workcenter-Claim-Contended"
-# The header a 201 of `POST /api/v1/claims` carries when another action was claimable beside the
-# one claimed (one commit can make several claimable: a stage with several dependants, a plan's
-# parallel branches, a retry): the long-poll claim then wakes the next parked claim of its process.
-CLAIM_MORE_HEADER = "Workcenter-Claim-More"
+# What an attempt of `POST /api/v1/claims` tells the long-poll claim that runs it
+# (workcenter/dispatch/longpoll.py), as values, never as headers: the long-poll puts a dict under
+# this key of the attempt's ASGI scope and the route sets `contended` (nothing claimed, but a
+# candidate another transaction held at that moment was skipped, services.claims.claim_attempt:
+# the long-poll claim tries again shortly instead of parking) and `more` (another action was
+# claimable beside the one claimed; one commit can make several claimable: a stage with several
+# dependants, a plan's parallel branches, a retry: the long-poll claim wakes the next parked claim
+# of its process). A claim without `wait_ms` is asked for neither.
+CLAIM_HINTS = "workcenter.claim_hints"

@@ -48,7 +48,8 @@ from workcenter.errors import NotFound
 from workcenter.instruments import WEBSOCKET_CLIENTS
 
 from .live_state import MAX_HELLO_BYTES, overview_now
-from .publisher import event_message, hello_message, publisher
+from .messages import event_message, hello_message
+from .publisher import publisher
 from .pump import pump
 
 CLOSE_BAD_REQUEST = 4400

@@ -1,9 +1,8 @@
-"""What the live stream pushes besides the events, so that an open page never pulls per event (and
-the long-poll claims' wake-up, `CLAIMS_GROUP`):
+"""What the live stream pushes besides the events, so that an open page never pulls per event:
 
 * `ItemStates`: the per-item stream's `state` (workcenter/item_state.py). For each item with a
-  listener in a publisher batch (or a page of the event pump), the item's state is read once and
-  attached to the message of its last event there: a diff on the state this process sent with
+  listener in a batch (batches.py), the item's state is read once and attached to the message of
+  its last event there: a diff on the state this process sent with
   the item's previous event, or the whole state when this process did not send that one (another
   process published it, nobody listened then, it fell out of the cache) or the structure changed.
   Per process, the last state sent of the `LIMIT` most recently published items is kept. A state
@@ -22,37 +21,16 @@ import logging
 import threading
 import time
 
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection
 
 from workcenter import item_state
 from workcenter import overview as overview_figures
 from workcenter.render import dumps as render_dumps
-from workcenter.redis_layer import CLAIMS_LAYER
 from workcenter.render import render
 from workcenter.schemas import OverviewOut
 
 logger = logging.getLogger("workcenter.events")
-
-CLAIMS_GROUP = "workcenter.claims"  # the long-poll claims' wake-ups (dashboard/longpoll.py)
-WAKE = {"type": "claims.wake"}
-
-
-def claims_layer():
-    """The channel layer of the claims' wake-ups: the `claims` alias where the settings give one
-    (Redis pub/sub beside the Redis layer: workcenter/redis_layer.py), else the default layer."""
-    if CLAIMS_LAYER in getattr(settings, "CHANNEL_LAYERS", {}):
-        return get_channel_layer(CLAIMS_LAYER)
-    return get_channel_layer()
-
-
-def wakes_claims(event_type: str) -> bool:
-    """Whether a committed event of this type may have made an action claimable (every event but
-    a claim: a new or started item, a completed action's dependants, a run that ended and freed
-    its workspace, a retry, a reset, a recovery, an ended reservation …)."""
-    return event_type != "run.claimed"
-
 
 INTERVAL = 1.0  # seconds between two overviews at most
 # A state larger than this (a retry of a graph of a thousand stages) is not pushed: the message says

@@ -1,7 +1,7 @@
 """The event pump: events committed by *other* processes reach this web server's websocket
 clients when the channel layer is the in-memory one.
 
-Why: every process publishes its own events after commit (dashboard/publisher.py), but an
+Why: every process publishes its own events after commit (publisher.py), but an
 `InMemoryChannelLayer` lives inside one process. On the embedded default (no `REDIS_URL`) a
 worker (`workcenter_worker`), a command (`recover_runs`, `demo`'s simulated workers) or a second
 web process commits events that no websocket client of this server would ever see live.
@@ -17,24 +17,23 @@ connects, as a task on the server's event loop:
 * every `WORKCENTER_EVENT_POLL_MS` (default 50; 0 disables the pump) it runs one indexed query
   (`id > cursor ORDER BY id`, primary key) in the consumers' database thread, page by page
   (`PAGE` rows; a full page is followed at once by the next one);
-* each event goes out through `publisher.publish_page` (dashboard/publisher.py, the publisher
-  of the committing process too), so the message shape, the groups and the previous-id hints
-  are the same. The hints
-  come from the page itself (the previous row; an item's previous row); the items' first events
-  in a page get theirs from one stream read for the page, and the items' summaries are read
-  together (`selectors.events_previous_ids`, `selectors.work_item_summaries`). Events nobody in
-  this process listens to are skipped without rendering. The last event of each item in the page
-  carries the item's state to its own group, and the list's group is sent the overview
-  (dashboard/live_state.py), as the publisher does for a batch;
-* it polls only while at least one consumer is connected: the last one to leave wakes it and
-  it ends (no idle database load); the next first consumer starts it again from the new max.
+* the page goes to the stream by the one send path of the committing process's own events
+  (`publisher.publish_stored`: offered once per id to the batching thread, batcher.py), so the
+  message shape, the groups, the previous-id hints, the items' states and the list's overview
+  are the same, and the page's events leave in id order with this process's own; events nobody
+  in this process listens to are not rendered;
+* what the page brings that may make an action claimable wakes the parked long-poll claims of
+  this process (workcenter/dispatch/wake.py), as a commit here does;
+* it polls only while at least one consumer is connected (a websocket consumer, or a waiting
+  long-poll claim): the last one to leave wakes it and it ends (no idle database load); the next
+  first consumer starts it again from the new max.
 
-Events committed in this process were already published after their commit: the pump skips
-the ids `publisher.published_here` remembers (the last 10,000), so it renders and sends only what
-other processes committed. Should a copy still go out twice, consumers drop every id they
-already sent, so each client receives each event once, in id order. (Measured with
-`bench/ws.py --layer memory`: re-sending local events put the pump's rendering in front of live
-messages every 200 ms, p99 17-20 ms; skipping them, p99 3-7 ms.)
+Events committed in this process are offered by their after-commit hook: each id is offered
+once, so the pump's copy of those is dropped (or, when the pump read the commit before its hook
+ran, the hook's copy is), and only what other processes committed is rendered for it. Consumers
+drop every id they already sent besides, so each client receives each event once, in id order.
+(Measured with `bench/ws.py --layer memory`: re-sending local events put the pump's rendering in
+front of live messages every 200 ms, p99 17-20 ms; skipping them, p99 3-7 ms.)
 
 With a Redis channel layer the pump is off: every process publishes to Redis itself.
 
@@ -53,10 +52,10 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 
 from workcenter import events, selectors
+from workcenter.dispatch.wake import wake, wakes_claims
 from workcenter.models import Event
 
-from .live_state import claims_layer, wakes_claims
-from .publisher import ITEMS_GROUP, groups_of, may_have_members, publisher
+from .publisher import publisher
 
 logger = logging.getLogger("workcenter.events.pump")
 
@@ -88,7 +87,7 @@ class EventPump:
         self.consumers: set[str] = set()
         self.cursor = 0
         self.polls = 0  # queries run (observability and tests)
-        self.published = 0  # messages handed to the layer
+        self.published = 0  # events offered to the stream (those no hook of this process offered)
         self._wake: asyncio.Event | None = None
         self._starting: asyncio.Lock | None = None
 
@@ -137,48 +136,16 @@ class EventPump:
             self._wake.clear()  # woken by a leaving consumer: the loop condition decides
 
     def _publish_page(self) -> bool:
-        """Publish the stored events after the cursor (one page); True when more may follow."""
+        """Offer the stored events after the cursor (one page) to the stream; True when more may follow."""
         page = selectors.events_after(after_id=self.cursor, limit=PAGE)
         self.polls += 1
-        layer = get_channel_layer()
-        todo: list[tuple] = []
-        item_previous: dict[str, int] = {}
-        wake = False  # another process committed what may make an action claimable
-        for event in page:
-            prev_id = self.cursor
-            self.cursor = event.id
-            known = item_previous.get(event.work_item_id)
-            item_previous[event.work_item_id] = event.id
-            if publisher.published_here(event.id):
-                continue  # this process publishes it after its commit: no second copy
-            wake = wake or wakes_claims(event.type)
-            if may_have_members(layer, groups_of(event.work_item_id)):
-                todo.append((event, prev_id, known))
-        if todo:
-            # an item's first event in the page: its in-item previous id from one stream read for
-            # the page; the summaries of the page's items in one read
-            looked = selectors.events_previous_ids([e for e, _, known in todo if known is None])
-            summaries = selectors.work_item_summaries({e.work_item_id for e, _, _ in todo})
-            todo = [(e, prev_id, looked[e.id][1] if known is None else known) for e, prev_id, known in todo]
-            # the items' states ride on their last event of the page (dashboard/live_state.py)
-            try:
-                states = publisher.item_states(layer, [(e, known) for e, _, known in todo])
-            except Exception:  # the events still leave; a page without the state reads it back later
-                logger.exception("event pump: reading the item states after %s failed", todo[0][0].id)
-                states = {}
-            last_of = {e.work_item_id: e.id for e, _, _ in todo}
-            page_events = []
-            for event, prev_id, known in todo:
-                item = summaries.get(event.work_item_id)
-                if item is None:
-                    continue  # the item is gone
-                state = states.get(event.work_item_id) if last_of[event.work_item_id] == event.id else None
-                page_events.append((event, (prev_id, known), item, state))
-            self.published += publisher.publish_page(page_events)
-            if may_have_members(layer, [ITEMS_GROUP]):
-                publisher.overview_changed(layer)
-        if wake:
-            publisher.wake_claims(claims_layer())
+        if not page:
+            return False
+        self.cursor = page[-1].id
+        fresh = publisher.publish_stored(page, get_channel_layer())  # what this process had not offered yet
+        self.published += len(fresh)
+        if any(wakes_claims(event.type) for event in fresh):  # another process committed it
+            wake.request()
         return len(page) == PAGE
 
 

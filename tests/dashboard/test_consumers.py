@@ -12,7 +12,8 @@ from django.db import transaction
 from django.test import Client
 
 from dashboard.stream import consumers
-from dashboard.stream.publisher import PROGRESS_TAIL_CHARS, publisher
+from dashboard.stream.messages import PROGRESS_TAIL_CHARS
+from dashboard.stream.publisher import publisher
 from workcenter import events, selectors, services
 from workcenter.models import Event
 

@@ -1,6 +1,7 @@
-"""The publisher (dashboard/publisher.py): committed events are rendered off the committing
-thread, in batches (one stream read and one summary read per batch), and leave in id order with the
-previous ids of each event (the largest stored ids below it, overall and in its item)."""
+"""The publisher (dashboard/stream/): committed events are rendered off the committing thread, in
+batches (one stream read and one summary read per batch), and leave in id order with the previous
+ids of each event (the largest stored ids below it, overall and in its item), each id once whether
+the commit's hook or the event pump hands it over."""
 from __future__ import annotations
 
 import json
@@ -9,16 +10,19 @@ import asyncio
 import multiprocessing
 import os
 import threading
+import time
 
 import pytest
 from channels.db import database_sync_to_async
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from dashboard.stream import publisher as publishing
+from dashboard.stream import batcher as batching
 from dashboard.stream.consumers import WorkItemStreamConsumer
-from dashboard.stream.publisher import ITEMS_GROUP, RedisGroupProbe, item_group, publisher
-from workcenter import selectors, services
+from dashboard.stream.messages import ITEMS_GROUP, item_group
+from dashboard.stream.probe import RedisGroupProbe
+from dashboard.stream.publisher import publisher
+from workcenter import events, selectors, services
 from workcenter.models import Event
 from workcenter.redis_layer import redis_layer_config
 
@@ -97,7 +101,7 @@ def orm_summary(item_id: str) -> tuple:
 def test_burst_is_rendered_in_batches_and_leaves_in_id_order(store, viewer_token, group_messages, stream_reads,
                                                                monkeypatch):
     # given: a slow batch rhythm, so that the burst below waits while the first batch is rendered
-    monkeypatch.setattr(publishing, "RENDER_INTERVAL", 0.4)
+    monkeypatch.setattr(batching, "RENDER_INTERVAL", 0.4)
     items = [store.linear(title=f"burst {i}") for i in range(3)]
 
     def burst():
@@ -129,6 +133,39 @@ def test_burst_is_rendered_in_batches_and_leaves_in_id_order(store, viewer_token
     assert len(stream_reads) < len(want) and max(len(b) for b in stream_reads) >= 3
     # each message carries its item's summary as the REST list shows it now
     assert {m["work_item"]["status"] for m in got if m["event"]["type"] == "work_item.cancelled"} == {"cancelled"}
+
+
+def test_an_event_the_pump_reads_before_its_hook_runs_leaves_once_in_id_order(store, viewer_token, group_messages,
+                                                                            monkeypatch):
+    """A loaded machine deschedules a committing thread between its commit and its after-commit
+    hook; the event pump (polling the table meanwhile) reads that commit first. Whichever hands
+    an id over first, it leaves once, in id order with the events before it."""
+    monkeypatch.setattr(batching, "RENDER_INTERVAL", 0.4)  # the earlier events wait for their batch
+    items = [store.linear(title=f"late hook {i}") for i in range(3)]
+
+    def late_hook(event):
+        time.sleep(0.12)  # more than two of the pump's polls
+        publisher.publish(event)
+
+    def burst():
+        for item in items:
+            services.work_item_cancel(item_id=item.pk, now=store.now())
+
+    async def scenario():
+        comm, hello = await open_stream("/ws/work-items/", headers=bearer(viewer_token))
+        events.set_publisher(late_hook)  # (the publisher is registered again after the test)
+        await db_call(burst)()
+        want = await db_call(lambda: list(Event.objects.filter(id__gt=hello["last_event_id"])
+                                          .order_by("id").values_list("id", flat=True)))()
+        got = await receive_all(comm, len(want))
+        assert await comm.receive_nothing(timeout=0.5)
+        await comm.disconnect()
+        return want, got
+
+    want, got = run(scenario)
+    assert len(want) == 3
+    assert [m["event"]["id"] for m in got] == want
+    assert [m["id"] for m in group_messages] == want  # one copy each, none overtaken or read back
 
 
 def test_batch_reads_give_each_event_its_previous_ids_and_each_item_its_summary(store):
@@ -233,7 +270,7 @@ def test_send_failure_never_reaches_the_caller(store, viewer_token, monkeypatch)
 
 
 def test_drain_waits_for_the_queued_events(store, viewer_token, monkeypatch, group_messages):
-    monkeypatch.setattr(publishing, "RENDER_INTERVAL", 0.3)
+    monkeypatch.setattr(batching, "RENDER_INTERVAL", 0.3)
     items = [store.linear(title=f"drain {i}") for i in range(3)]
 
     async def scenario():
@@ -252,7 +289,7 @@ def test_drain_waits_for_the_queued_events(store, viewer_token, monkeypatch, gro
 
 
 def _child_batcher(parent_pid: int, parent_native_id: int, out) -> None:
-    r = publisher.batcher()  # the parent held the publisher's lock when it forked
+    r = publisher.batcher()  # the parent held the publisher's and the queue's locks when it forked
     out.put((parent_pid != os.getpid(), r.pid == os.getpid(), r.thread.native_id != parent_native_id,
              r.thread.is_alive()))
 
@@ -262,7 +299,7 @@ def test_a_forked_child_starts_its_own_batching_thread():
     parent = publisher.batcher()
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
-    with publisher.lock:  # held at fork time: the child must not inherit it held
+    with publisher.lock, publisher.queue.cond:  # held at fork time: the child must not inherit them held
         child = ctx.Process(target=_child_batcher, args=(os.getpid(), parent.thread.native_id, out))
         child.start()
     try:
@@ -323,7 +360,7 @@ def test_redis_groups_nobody_is_in_are_not_rendered(store, redis_layer, stream_r
 
 
 def test_redis_burst_reaches_a_listener_in_id_order(store, redis_layer, monkeypatch):
-    monkeypatch.setattr(publishing, "RENDER_INTERVAL", 0.2)
+    monkeypatch.setattr(batching, "RENDER_INTERVAL", 0.2)
     channel = _on_send_loop(redis_layer.new_channel())
     _on_send_loop(redis_layer.group_add(ITEMS_GROUP, channel))
     before = selectors.event_last_id()

@@ -27,7 +27,8 @@ from tests.conftest import Clock, Store, make_graph
 from tests.live import free_port, start_daphne, stop_process, wait_until
 from workcenter import services
 from workcenter.auth import api_token_create
-from workcenter.constants import CLAIM_CONTENDED_HEADER
+from workcenter.constants import CLAIM_HINTS
+from workcenter.dispatch.wake import wake
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -175,7 +176,7 @@ def test_no_wake_is_lost_between_an_empty_attempt_and_the_park(transactional_db)
         await receive()
         attempts.append(time.monotonic())
         if len(attempts) == 1:
-            publisher.wake_claims(layer)  # the commit lands during the empty attempt
+            wake.request(layer)  # the commit lands during the empty attempt
             await asyncio.sleep(0.05)  # and its wake arrives before the attempt answers
             status = 204
         else:
@@ -213,19 +214,19 @@ def _drive(app, wait_ms: int) -> tuple[list[dict], float]:
 
 
 def test_a_contended_empty_claim_looks_again_shortly_without_a_wake(transactional_db):
-    """An attempt that skipped a candidate another transaction held (204 with the contended
-    header) is tried again within milliseconds although no wake comes (that holder's commit sends
-    none); the header never reaches the client, and a claim that stays contended parks as usual."""
+    """An attempt that skipped a candidate another transaction held (204 with the `contended`
+    hint) is tried again within milliseconds although no wake comes (that holder's commit sends
+    none); the client gets the route's answer as it is, and a claim that stays contended parks as
+    usual."""
     attempts: list[float] = []
-    contended_header = [(CLAIM_CONTENDED_HEADER.lower().encode(), b"1")]
 
     def route(claim_on: int | None):
         async def app(scope, receive, send):
             await receive()
             attempts.append(time.monotonic())
             status = 201 if len(attempts) == claim_on else 204
-            await send({"type": "http.response.start", "status": status,
-                        "headers": contended_header if status == 204 else []})
+            scope[CLAIM_HINTS]["contended"] = status == 204  # as the claim route says it
+            await send({"type": "http.response.start", "status": status, "headers": []})
             await send({"type": "http.response.body", "body": b""})
         return app
 

@@ -5,20 +5,21 @@ and its database connection, for the few milliseconds an attempt takes). What th
 middleware adds is the wait between attempts, as a coroutine on the server's event loop: a parked
 request holds **no request thread and no database connection**.
 
-Wake-ups. Every process that commits an event that may make an action claimable (any event but
-`run.claimed`: an item created or started, an action completed — its dependants may now run —,
-a run that ended and freed its workspace, a retry, a reset, a recovery, an interrupt, an ended
-integration reservation …) sends one `claims.wake` message to the channel-layer group
-`workcenter.claims` (dashboard/publisher.py, after the commit) on the claims layer
-(live_state.claims_layer: with Redis its pub/sub layer, one PUBLISH per wake; else the default
-layer, where the event pump, running while a claim is parked, does the same for what other
-processes committed). Each web process listens to that group with one channel (`Parked`,
-started by its first long-poll) and, per wake, wakes **one** of its parked requests, oldest first.
-That request claims again: when it gets an action and the claim saw another claimable beside it
-(the `Workcenter-Claim-More` header of services.claim_attempt: one commit can make several
-claimable — a stage with several dependants, a plan's parallel branches), it wakes the next one;
-when it gets nothing it parks again — so a new action costs at most one
-failed claim per web process, not one per parked worker.
+Wake-ups (wake.py). Every process that commits an event that may make an action claimable sends
+one `claims.wake` to the group `workcenter.claims` after the commit; each web process listens to
+that group with one channel (`Parked`, started by its first long-poll) and, per wake, wakes
+**one** of its parked requests, oldest first. On the embedded default (the in-memory layer) the
+commits of other processes reach this one through `watch`, the event pump, kept running while a
+claim waits (workcenter/asgi.py passes it). The woken request claims again: when it gets an
+action and the claim saw another claimable beside it (the `more` hint: one commit can make
+several claimable — a stage with several dependants, a plan's parallel branches), it wakes the
+next one; when it gets nothing it parks again — so a new action costs at most one failed claim
+per web process, not one per parked worker.
+
+Hints. What an attempt tells its long-poll claim comes back as values, never as headers: each
+attempt's scope carries a fresh dict under `CLAIM_HINTS` (workcenter/constants.py) that the
+claim route fills (workcenter/api.py: `contended`, `more`); the client's answer is the route's,
+untouched.
 
 No lost wake-up: a request registers as parked *before* each attempt; a wake that arrives while
 it is attempting is kept and makes it attempt again at once instead of parking, and a request
@@ -27,7 +28,7 @@ answer is 204, as without `wait_ms`. A client that disconnects while parked is f
 Across processes this needs the Redis layer (or the event pump, for events other processes
 commit on the embedded default). An attempt that found nothing because it skipped a candidate
 another transaction held for a moment (PostgreSQL: the item's other branch being claimed, a
-progress report; services.claim_attempt, the `Workcenter-Claim-Contended` header) looks again after
+progress report; services.claim_attempt, the `contended` hint) looks again after
 5, 10, 20 and 40 ms before it parks, since those holders commit no event and send no wake.
 Otherwise a parked request does not retry on a timer: P parked requests
 retrying every few seconds would be P claims a few seconds apart, whatever happens. A wake that
@@ -58,19 +59,15 @@ from django.http.cookie import parse_cookie
 
 from workcenter.api import error_body
 from workcenter.auth import split_token
-from workcenter.constants import CLAIM_CONTENDED_HEADER, CLAIM_MORE_HEADER
+from workcenter.constants import CLAIM_HINTS
 from workcenter.instruments import EMPTY_WAKES, PARKED_CLAIMS
 
-from dashboard.stream.live_state import CLAIMS_GROUP, claims_layer
-from dashboard.stream.pump import pump
+from .wake import claims_layer, parked
 
 logger = logging.getLogger("workcenter.claims")
 
 CLAIMS_PATH = "/api/v1/claims"
 MAX_WAIT_MS = 30_000
-CONTENDED_HEADER = CLAIM_CONTENDED_HEADER.lower().encode()
-MORE_HEADER = CLAIM_MORE_HEADER.lower().encode()
-HINT_HEADERS = frozenset((CONTENDED_HEADER, MORE_HEADER))
 # A claim that skipped a candidate another transaction held for a moment (services.claim_attempt)
 # looks again after these pauses, then parks as usual. A parked claim needs a wake, and the
 # holders that skip others — a claim of the item's other branch, a progress report, a renewal —
@@ -82,111 +79,6 @@ CONTENDED_RETRY_SECONDS = (0.005, 0.01, 0.02, 0.04)
 MAX_BODY = 8 * 1024
 CLAIM_FIELDS = ("owner_boot_id", "lease_ms")  # what an attempt after the first needs of the body
 RETRY_AFTER_SECONDS = 5  # a claim refused a wait comes back after this (or its wait_ms, if shorter)
-REJOIN_SECONDS = 600.0  # the listener renews its group membership (layers expire them after a day)
-
-
-class Parked:
-    """This process's parked long-poll claims, and the one channel that wakes them."""
-
-    def __init__(self) -> None:
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.queue: collections.deque = collections.deque()  # futures, oldest first
-        self.listener: asyncio.Task | None = None
-        self.wakes = 0
-        self.waiting: collections.Counter = collections.Counter()  # claims admitted to wait, per token
-        self.waiting_total = 0
-
-    async def listen(self, layer) -> None:
-        """Start the listener on this loop (once); returns when it has joined the group."""
-        loop = asyncio.get_running_loop()
-        if self.loop is not loop:  # first use, or a new loop (tests run one per scenario)
-            self.loop, self.queue, self.listener = loop, collections.deque(), None
-            self.waiting, self.waiting_total = collections.Counter(), 0
-        if self.listener is None or self.listener.done():
-            joined = loop.create_future()
-            self.listener = loop.create_task(self._listen(layer, joined), name="workcenter-claims-listener")
-            await joined
-
-    async def _listen(self, layer, joined: asyncio.Future) -> None:
-        # On the default Redis layer (a deployment without the claims alias) the channel takes
-        # the layer's default prefix, as every consumer's: channels_redis receives all of a
-        # process's channels through ONE key (the name up to "!") and one receive lock, taken
-        # by whichever receive runs; a channel of another prefix has a key of its own, and its
-        # blocking receive held that lock, so the websocket consumers of the process got one
-        # message per wake and their key filled to capacity (group sends then dropped).
-        channel = await layer.new_channel()
-        try:
-            await layer.group_add(CLAIMS_GROUP, channel)
-        finally:
-            if not joined.done():
-                joined.set_result(None)
-        receiving = None
-        try:
-            while True:
-                # one receive stays open across the renewals: the pub/sub layer drops a channel
-                # whose receive is cancelled
-                receiving = receiving or asyncio.ensure_future(layer.receive(channel))
-                done, _ = await asyncio.wait({receiving}, timeout=REJOIN_SECONDS)
-                if not done:
-                    await layer.group_add(CLAIMS_GROUP, channel)
-                    continue
-                task, receiving = receiving, None
-                try:
-                    task.result()
-                except Exception:  # the layer hiccupped: parked requests still retry on their own
-                    logger.exception("the claims listener failed to receive; listening again")
-                    await asyncio.sleep(1.0)
-                    continue
-                self.wakes += 1
-                if logger.isEnabledFor(logging.DEBUG):
-                    logger.debug("claims wake received %.6f (%s parked)", time.time(), len(self.queue))
-                self.wake_one()
-        finally:
-            if receiving is not None:
-                receiving.cancel()
-
-    def admit(self, token: bytes) -> str | None:
-        """Count one more waiting claim of `token`; None when admitted, else the bound it would pass
-        ("token" or "process")."""
-        if self.waiting_total >= settings.WORKCENTER_LONG_POLL_MAX_PER_PROCESS:
-            return "process"
-        if self.waiting[token] >= settings.WORKCENTER_LONG_POLL_MAX_PER_TOKEN:
-            return "token"
-        self.waiting[token] += 1
-        self.waiting_total += 1
-        return None
-
-    def release(self, token: bytes) -> None:
-        self.waiting[token] -= 1
-        if self.waiting[token] <= 0:  # (below 0 only for a claim counted on a loop since replaced)
-            del self.waiting[token]
-        self.waiting_total = max(0, self.waiting_total - 1)
-
-    def park(self) -> asyncio.Future:
-        future = asyncio.get_running_loop().create_future()
-        self.queue.append(future)
-        return future
-
-    def wake_one(self) -> None:
-        while self.queue:
-            future = self.queue.popleft()
-            if not future.done():
-                future.set_result(True)
-                return
-
-    def leave(self, future: asyncio.Future) -> None:
-        """A request stops waiting: a wake it holds goes to the next one."""
-        if future.done() and not future.cancelled():
-            self.wake_one()
-        else:
-            future.cancel()
-            try:
-                self.queue.remove(future)
-            except ValueError:
-                pass
-
-
-parked = Parked()
 
 
 class Claim:
@@ -261,10 +153,13 @@ def _refusal(start: dict, scope: str, claim: Claim) -> tuple[dict, dict]:
 
 
 class LongPollClaims:
-    """ASGI middleware in front of the HTTP application (see the module doc)."""
+    """ASGI middleware in front of the HTTP application (see the module doc). `watch`: what brings
+    other processes' commits, and so their wakes, into this process while a claim waits (the event
+    pump of the embedded default): `await watch.consumer_joined(name)`, `watch.consumer_left(name)`."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, watch=None) -> None:
         self.app = app
+        self.watch = watch
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != CLAIMS_PATH:
@@ -280,9 +175,9 @@ class LongPollClaims:
     async def long_poll(self, scope, receive, send, claim: Claim, layer) -> None:
         deadline = time.monotonic() + claim.wait_ms / 1000
         await parked.listen(layer)  # subscribed before the first attempt: no wake is missed
-        # on the embedded default the event pump brings other processes' commits (and their wakes)
         watcher = f"claims!{id(scope)}"
-        await pump.consumer_joined(watcher)
+        if self.watch is not None:  # other processes' commits (and their wakes) on the embedded default
+            await self.watch.consumer_joined(watcher)
         gone = asyncio.ensure_future(_disconnected(receive))
         wakes = 0  # wakes this request took: an empty attempt after one is a failed claim
         contended = 0  # attempts in a row that skipped a candidate another transaction held
@@ -291,10 +186,9 @@ class LongPollClaims:
             while True:
                 future = parked.park()
                 tried_at = time.time()
-                start, chunks = await self._attempt(scope, claim.body)
+                start, chunks, hints = await self._attempt(scope, claim.body)
                 claim.shrink()
-                hints = _hints(start)
-                contended = contended + 1 if CONTENDED_HEADER in hints else 0
+                contended = contended + 1 if hints.get("contended") else 0
                 if logger.isEnabledFor(logging.DEBUG):
                     logger.debug("claim attempt %.6f %.6f %s%s #%x", tried_at, time.time(), start["status"],
                                  " contended" if contended else "", id(scope))
@@ -304,7 +198,7 @@ class LongPollClaims:
                 remaining = deadline - time.monotonic()
                 if start["status"] != 204 or remaining <= 0 or gone.done():
                     parked.leave(future)  # a wake it holds goes on
-                    if MORE_HEADER in hints:  # its claim saw another claimable action: the next one tries
+                    if hints.get("more"):  # its claim saw another claimable action: the next one tries
                         parked.wake_one()
                     if not gone.done():
                         await send(start)
@@ -341,29 +235,21 @@ class LongPollClaims:
             if admitted:
                 parked.release(claim.token)
             gone.cancel()
-            pump.consumer_left(watcher)
+            if self.watch is not None:
+                self.watch.consumer_left(watcher)
 
-    async def _attempt(self, scope, body: bytes) -> tuple[dict, list[dict]]:
-        """One claim through the HTTP application; its response messages, held."""
+    async def _attempt(self, scope, body: bytes) -> tuple[dict, list[dict], dict]:
+        """One claim through the HTTP application: its response messages, held, and the hints the
+        route gave (CLAIM_HINTS: `contended`, `more`)."""
         messages: list[dict] = []
+        hints: dict = {}
 
         async def hold(message):
             messages.append(message)
 
-        await self.app(scope, _replay(body, None, True), hold)
+        await self.app({**scope, CLAIM_HINTS: hints}, _replay(body, None, True), hold)
         start = next(m for m in messages if m["type"] == "http.response.start")
-        return start, [m for m in messages if m["type"] == "http.response.body"]
-
-
-def _hints(start: dict) -> set[bytes]:
-    """The hint headers of an attempt's answer (lower-case names): it skipped a candidate another
-    transaction held, or another action was claimable beside the one it claimed. They are the
-    server's own business: taken out of what the client receives."""
-    headers = start.get("headers") or []
-    hints = {bytes(h[0]).lower() for h in headers} & HINT_HEADERS
-    if hints:
-        start["headers"] = [h for h in headers if bytes(h[0]).lower() not in hints]
-    return hints
+        return start, [m for m in messages if m["type"] == "http.response.body"], hints
 
 
 async def _read(receive) -> tuple[bytes, bool]:

@@ -7,7 +7,7 @@ from django.test.utils import CaptureQueriesContext
 
 from tests.conftest import Clock, Store, make_graph
 from workcenter import selectors
-from dashboard.stream.publisher import event_message
+from dashboard.stream.messages import event_message
 from workcenter.models import Event
 
 pytestmark = pytest.mark.django_db

@@ -1,19 +1,21 @@
-"""The long-poll claims' listener (dashboard/longpoll.py) on real Redis layers: on the default
-layer beside the other channels of its process, and on the pub/sub layer the settings give the
-claims beside a Redis layer (dashboard/live_state.claims_layer)."""
+"""The wake of the parked claims (workcenter/dispatch/wake.py): its listener on real Redis layers,
+on the default layer beside the other channels of its process and on the pub/sub layer the
+settings give the claims beside a Redis layer (`claims_layer`); and its sends, one per burst."""
 from __future__ import annotations
 
 import asyncio
 import os
+import threading
 
 import pytest
+from channels.layers import InMemoryChannelLayer
 from channels_redis.core import RedisChannelLayer
 from channels_redis.pubsub import RedisPubSubChannelLayer
 
-from workcenter.dispatch import longpoll
-from dashboard.stream.live_state import CLAIMS_GROUP, WAKE, claims_layer
-from workcenter.dispatch.longpoll import Parked
+from workcenter.dispatch import wake as waking
+from workcenter.dispatch.wake import CLAIMS_GROUP, WAKE, Parked, claims_layer
 from workcenter.redis_layer import redis_channel_layers, redis_layer_config
+from workcenter.send_loop import send_loop
 
 REDIS_URL = os.environ.get("WORKCENTER_TEST_LONGPOLL_REDIS_URL", "redis://127.0.0.1:6379/15")
 
@@ -66,7 +68,7 @@ def test_with_redis_the_wakes_go_over_pub_sub_and_the_listener_keeps_its_channel
     settings.CHANNEL_LAYERS = redis_channel_layers(REDIS_URL)
     pubsub = claims_layer()
     assert isinstance(pubsub, RedisPubSubChannelLayer)
-    monkeypatch.setattr(longpoll, "REJOIN_SECONDS", 0.05)
+    monkeypatch.setattr(waking, "REJOIN_SECONDS", 0.05)
 
     async def scenario():
         parked = Parked()
@@ -86,3 +88,39 @@ def test_with_redis_the_wakes_go_over_pub_sub_and_the_listener_keeps_its_channel
             await pubsub.flush()
 
     asyncio.run(scenario())
+
+
+class _CountingLayer:
+    """A layer that only counts what it is asked to send."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict]] = []
+
+    async def group_send(self, group, message):
+        self.sent.append((group, message))
+
+
+def test_a_burst_of_commits_sends_one_wake_and_a_commit_after_it_leaves_sends_another():
+    layer = _CountingLayer()
+    wakes = waking.ClaimsWake()
+    held = threading.Event()
+
+    async def hold_the_loop():
+        held.wait(5)  # the send loop is busy: the first wake waits to leave
+
+    send_loop.submit(hold_the_loop())
+    for _ in range(5):
+        wakes.request(layer)
+    held.set()
+    send_loop.drain(5)
+    assert layer.sent == [(CLAIMS_GROUP, WAKE)]  # one wake stood for the burst
+    wakes.request(layer)
+    send_loop.drain(5)
+    assert len(layer.sent) == 2 and wakes.sent == 2
+
+
+def test_an_in_memory_wake_needs_a_listener_of_this_process():
+    layer = InMemoryChannelLayer()
+    wakes = waking.ClaimsWake()
+    wakes.request(layer)  # nobody listens in this process: nothing to send, nothing raised
+    assert wakes.loop_for(layer) is None and wakes.sent == 0 and not wakes.queued
