@@ -23,11 +23,21 @@ ONCE_FOLDERS = ("browser", "e2e")
 ONCE_MODULES = ("test_deploy.py",)
 
 
+# In parallel runs (pytest-xdist --dist loadgroup) the browser modules go to BROWSER_GROUPS test
+# processes, each module whole and each group in one process: a process starts one server and one
+# chromium for its group (tests/browser/conftest.py), not one per module it happens to get.
+BROWSER_GROUPS = 2
+
+
 def pytest_collection_modifyitems(config, items):
+    modules = sorted({item.path for item in items if item.path.relative_to(TESTS).parts[0] == "browser"})
+    group_of = {path: f"browser-{n % BROWSER_GROUPS}" for n, path in enumerate(modules)}
     for item in items:
         parts = item.path.relative_to(TESTS).parts
         if parts[0] in ONCE_FOLDERS or parts[-1] in ONCE_MODULES:
             item.add_marker(pytest.mark.deployment)
+        if item.path in group_of:
+            item.add_marker(pytest.mark.xdist_group(group_of[item.path]))
 
 
 @pytest.hookimpl(hookwrapper=True)

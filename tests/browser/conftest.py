@@ -1,5 +1,7 @@
-"""Browser fixtures: one daphne server and one headless Debian chromium per module, a signed-in
-page per test, and a Redis channel layer in this process so service calls here reach the pages."""
+"""Browser fixtures: one daphne server and one headless Debian chromium for the browser tests of a
+test process (package scope: they end when the process leaves tests/browser, so Playwright's
+loop never sits beside the other tests), a signed-in page per test, and a Redis channel layer in
+this process so service calls here reach the pages."""
 from __future__ import annotations
 
 import json
@@ -29,14 +31,14 @@ SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 PASSWORD = "browser-test-password"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def daphne_server(django_db_setup, django_db_blocker, tmp_path_factory):
     server = LiveServer(tmp_path_factory.mktemp("daphne") / "daphne.log").start()
     yield server
     server.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def browser():
     from playwright.sync_api import sync_playwright
 
@@ -56,7 +58,7 @@ def browser():
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def store_thread():
     """One thread without an event loop for every write of the test: Playwright's loop occupies
     the main thread, and a service's after-commit publish must not land on that loop."""
