@@ -60,7 +60,7 @@ def _recover_one(item: WorkItem, run: Run, now: datetime, actor: str) -> bool:
         action.status == ActionStatus.RUNNING and action.current_run_id == run.pk and action.lease_epoch == run.lease_epoch
     )
     current = owns_action and item.status == WorkItemStatus.RUNNING and (
-        graph or (item.current_action_id == action.pk and item.current_run_id == run.pk)
+        in_graph or (item.current_action_id == action.pk and item.current_run_id == run.pk)
     )
     retryable = rules.retryable_on_interrupt(action)
     a_status = ActionStatus.READY if retryable else ActionStatus.FAILED

@@ -50,6 +50,20 @@ def test_runs_recover_graph_refresh(store):
     assert {a.status for a in store.actions(item.pk)} == {"ready"}
 
 
+def test_runs_recover_a_linear_run_its_item_no_longer_points_at_as_stale(store):
+    # an item left running on another run (an admin's edit, an older build's write): the dead
+    # boot's run owns its action but not the item, so it is superseded and the item left alone
+    item = store.linear()
+    c = store.claim(boot="dead")
+    WorkItem.objects.filter(pk=item.pk).update(current_run_id="someone-else")
+    assert services.runs_recover(current_boot_id="fresh", now=store.now()) == 1
+    run = Run.objects.get(pk=c.run.pk)
+    assert run.status == "superseded" and run.error == "Run no longer owns the current WorkItem Action"
+    assert Action.objects.get(pk=c.action.pk).status == "ready"
+    assert store.item(item.pk).current_run_id == "someone-else"
+    assert Event.objects.filter(work_item=item).last().type == "run.stale_recovered"
+
+
 def test_runs_recover_stale_sibling_of_needs_attention_item(store):
     item = make_graph(store, [{"id": "a"}, {"id": "b"}])
     ca, cb = store.claim(boot="dead"), store.claim(boot="dead")
