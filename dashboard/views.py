@@ -41,7 +41,7 @@ def work_item_page(request: HttpRequest, item_id: str) -> HttpResponse:
     try:
         item = selectors.work_item_get(item_id)
     except NotFound:
-        raise Http404(f"no work item {item_id}")
+        raise Http404(f"no work item {item_id}") from None
     return render(request, "dashboard/item.html", {
         "item": item,
         "config": _page_config(request, item_id=item.pk),

@@ -3,7 +3,7 @@
 `event_append` is the one way to write an Event row. After the commit the store hands the event
 (and a worker's progress report, which is never stored) to the publisher registered with
 `set_publisher` / `set_progress_publisher`: the dashboard app registers its publisher
-(dashboard/publisher.py, the live stream) at startup; until then the store logs. This module
+(dashboard/stream/publisher.py, the live stream) at startup; until then the store logs. This module
 knows nothing of how the publisher delivers.
 """
 from __future__ import annotations

@@ -69,7 +69,7 @@ def redis_layer_config(url: str, capacity: int = CAPACITY) -> dict:
     return {"hosts": [redis_host(url)], "capacity": capacity}
 
 
-CLAIMS_LAYER = "claims"  # the alias of the long-poll claims' wake-ups (dashboard/live_state.claims_layer)
+CLAIMS_LAYER = "claims"  # the alias of the long-poll claims' wake-ups (workcenter/dispatch/wake.claims_layer)
 
 
 def redis_channel_layers(url: str, capacity: int = CAPACITY) -> dict:

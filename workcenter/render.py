@@ -11,7 +11,7 @@ the documented shape; tests/workcenter/api/test_render.py compares it with ninja
 for every schema it is used with. Requests are still validated as before.
 
 `dumps` encodes the responses rendered here and every message of the live stream
-(dashboard/consumers.py), so both are the same compact UTF-8 JSON.
+(dashboard/stream/consumers.py), so both are the same compact UTF-8 JSON.
 """
 from __future__ import annotations
 

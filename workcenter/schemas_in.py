@@ -314,7 +314,7 @@ class ClaimIn(InputSchema):
     wait_ms: _integer(0, 30_000) = Field(0, description=(
         "long poll: when nothing is claimable, wait up to this many ms for an action to become claimable "
         "(the server holds no thread or database connection meanwhile), then answer 204; 0 answers at once. "
-        "Served by the ASGI server (dashboard/longpoll.py)"))
+        "Served by the ASGI server (workcenter/dispatch/longpoll.py)"))
 
 
 class RenewIn(_Fence):

@@ -506,7 +506,7 @@ def action_with_stats(action: Action) -> Action:
     return action
 
 
-# --- the live stream's batch reads (dashboard/publisher.py renders committed events in batches) ---
+# --- the live stream's batch reads (dashboard/stream/ renders committed events in batches) ---
 
 def events_previous_ids(events_: list[Event], *, wait: bool = True) -> dict[int, tuple[int, int]] | None:
     """The previous ids of several events in ONE stream read: {event id: (overall, in-item)}, the

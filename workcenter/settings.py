@@ -199,9 +199,9 @@ if any(not os.path.isabs(root) for root in WORKCENTER_WORK_DIR_ROOTS):
 
     raise ImproperlyConfigured(f"WORKCENTER_WORK_DIR_ROOTS must list absolute paths: {WORKCENTER_WORK_DIR_ROOTS}")
 # In-memory channel layer only: how often a web server reads the events that other processes
-# committed, while a websocket client is connected (dashboard/pump.py); 0 turns that off.
+# committed, while a websocket client is connected (dashboard/stream/pump.py); 0 turns that off.
 WORKCENTER_EVENT_POLL_MS = int(os.environ.get("WORKCENTER_EVENT_POLL_MS", "50"))
-# The list stream's overview (running, waiting, finished per hour; dashboard/live_state.py): pushed
+# The list stream's overview (running, waiting, finished per hour; dashboard/stream/live_state.py): pushed
 # after the events that change it, at most once a second per publishing process. "0" turns the
 # pushes off (the list page then shows the overview as it loaded, and counts from the events).
 WORKCENTER_STREAM_OVERVIEW = os.environ.get("WORKCENTER_STREAM_OVERVIEW", "1") not in ("0", "false", "no", "")
@@ -221,7 +221,7 @@ WORKCENTER_HTTP_THREADS = int(os.environ.get("WORKCENTER_HTTP_THREADS", "8"))
 # written as a JSON escape.
 WORKCENTER_MAX_BODY_BYTES = int(os.environ.get("WORKCENTER_MAX_BODY_BYTES", str(1024 * 1024)))
 DATA_UPLOAD_MAX_MEMORY_SIZE = WORKCENTER_MAX_BODY_BYTES  # Django's own check, for forms (admin, sign-in)
-# Long-poll claims (dashboard/longpoll.py) that may wait at once, per API token (or session) and per
+# Long-poll claims (workcenter/dispatch/longpoll.py) that may wait at once, per API token (or session) and per
 # server process: each holds a connection, so a file descriptor, for up to 30 s. Past either a
 # claim that finds nothing is answered 429 `too_many_waiting_claims` with Retry-After instead.
 WORKCENTER_LONG_POLL_MAX_PER_TOKEN = max(1, int(os.environ.get("WORKCENTER_LONG_POLL_MAX_PER_TOKEN", "64")))

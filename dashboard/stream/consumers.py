@@ -307,8 +307,8 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
 
     async def stream_events(self, message: dict) -> None:
         """Several `stream.event` messages of one publisher batch, in id order."""
-        for event_message in message["events"]:
-            await self.stream_event(event_message)
+        for envelope in message["events"]:
+            await self.stream_event(envelope)
 
     async def stream_overview(self, message: dict) -> None:
         """The list's overview (dashboard/live_state.py); during a replay only the latest is kept,

@@ -27,7 +27,7 @@ def channel_publisher():
 
 @pytest.fixture(autouse=True)
 def no_overview_push(settings):
-    """The list stream's overview messages (dashboard/live_state.py) are off: these tests count
+    """The list stream's overview messages (dashboard/stream/live_state.py) are off: these tests count
     the stream's event messages; the overview's own tests turn them on."""
     settings.WORKCENTER_STREAM_OVERVIEW = False
     yield

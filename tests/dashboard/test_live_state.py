@@ -9,7 +9,7 @@ from django.test import Client
 
 from dashboard.stream import live_state
 from tests.conftest import make_graph
-from workcenter import item_state, services
+from workcenter import item_state
 from workcenter.models import WorkItem
 
 from .conftest import TIMEOUT, open_stream, run
@@ -75,7 +75,7 @@ def test_the_item_stream_pushes_diffs_that_rebuild_what_the_api_answers(store, v
                  lambda: claims.setdefault("b", store.claim_item(item.pk, stage="b")),
                  lambda: store.complete(claims["a"])]
         nonlocal_state = shown
-        for n, step in enumerate(steps):
+        for step in steps:
             await database_sync_to_async(step)()
             while True:  # the batch's messages: the item's last one carries the state
                 msg = await comm.receive_json_from(timeout=TIMEOUT)

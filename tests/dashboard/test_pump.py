@@ -1,4 +1,4 @@
-"""The event pump (dashboard/pump.py): on the in-memory channel layer, events committed by other
+"""The event pump (dashboard/stream/pump.py): on the in-memory channel layer, events committed by other
 processes reach this process's websocket clients — once, in id order, within about a second."""
 from __future__ import annotations
 

@@ -47,7 +47,6 @@ claim's two fields re-encoded (`Claim`), not the bytes the client sent.
 from __future__ import annotations
 
 import asyncio
-import collections
 import hashlib
 import json
 import logging

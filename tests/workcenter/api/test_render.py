@@ -108,7 +108,7 @@ def test_defaults_and_resolvers_follow_the_schema():
 
 
 def test_live_stream_payloads_render_as_pydantic_renders_them(store):
-    """The live stream's event and summary payloads (dashboard/publisher.py) use the same plans."""
+    """The live stream's event and summary payloads (dashboard/stream/) use the same plans."""
     from workcenter.models import Event
     from workcenter.schemas import WorkItemSummaryOut
 
