@@ -126,8 +126,8 @@ class Batcher:
             if self.thread is not None and self.pid == os.getpid():
                 return False
             self.pid = os.getpid()
-            self.thread = threading.Thread(target=self._run, name="workcenter-stream-render", daemon=True)
-        self.thread.start()
+            thread = self.thread = threading.Thread(target=self._run, name="workcenter-stream-render", daemon=True)
+        thread.start()
         return True
 
     def idle(self) -> bool:

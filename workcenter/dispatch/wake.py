@@ -180,7 +180,7 @@ class ClaimsWake:
         leave already (it leaves after this commit, so it stands for this one too). Never raises."""
         try:
             layer = claims_layer() if layer is None else layer
-            loop = self.loop_for(layer)
+            loop = None if layer is None else self.loop_for(layer)  # (no channel layer configured)
             if loop is None:
                 return
             with self.lock:
