@@ -246,7 +246,7 @@ def test_function_local_imports_are_few_and_say_why():
     for name, path in MODULES.items():
         lines = path.read_text(encoding="utf-8").splitlines()
         seen = set()
-        for target, _, node, is_local in _imports(name, path):
+        for _target, _, node, is_local in _imports(name, path):
             if not is_local or id(node) in seen:
                 continue
             seen.add(id(node))

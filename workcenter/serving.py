@@ -121,6 +121,6 @@ def freeze_startup_heap() -> None:
     modules, classes and caches, which live as long as the process anyway.
     """
     from django.urls import get_resolver  # local: called once the ASGI application is built
-    get_resolver().url_patterns  # imports the URLconf: the API, the admin, the dashboard's views
+    _ = get_resolver().url_patterns  # imports the URLconf: the API, the admin, the dashboard's views
     gc.collect()
     gc.freeze()

@@ -56,8 +56,8 @@ def window_start(now):
     return now.replace(second=0, microsecond=0) - WINDOW
 
 
-def _held_runs(query=Q()):
-    return (Run.objects.filter(query).select_related("work_item", "action").only(*HELD_FIELDS).order_by())
+def _held_runs(query: Q | None = None):
+    return (Run.objects.filter(query or Q()).select_related("work_item", "action").only(*HELD_FIELDS).order_by())
 
 
 def changed_runs(since):

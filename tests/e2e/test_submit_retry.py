@@ -124,7 +124,7 @@ def test_results_survive_the_web_process_being_killed_and_started_again(tmp_path
         workers.start(1, 3)
         # kill the web process twice while runs are in hand, each time starting it again a second later
         for completed in (4, 12):
-            assert wait_until(lambda: _completed_runs() >= completed, 40), _completed_runs()
+            assert wait_until(lambda n=completed: _completed_runs() >= n, 40), _completed_runs()
             assert wait_until(lambda: Run.objects.filter(status="running").exists(), 10)
             server.send_signal(signal.SIGKILL)
             server.wait(10)

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tests.conftest import completed, make_graph
+from tests.conftest import make_graph
 from workcenter import selectors, services
 from workcenter.models import Run
 

@@ -1,7 +1,6 @@
 """One round trip per action: a submission may claim the worker's next action (`claim_next`)."""
 from __future__ import annotations
 
-import threading
 
 import pytest
 

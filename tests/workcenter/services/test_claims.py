@@ -114,7 +114,7 @@ def test_action_claim_graph_item_not_runnable(store, status):
 
 def test_action_claim_graph_dependencies_use_canonical_action(store):
     # DEV-1: a superseded older action of stage a does not block b once the canonical a completed
-    item = make_graph(store, [{"id": "a", "status": "superseded"}, {"id": "a"}, {"id": "b", "deps": ["a"]}])
+    make_graph(store, [{"id": "a", "status": "superseded"}, {"id": "a"}, {"id": "b", "deps": ["a"]}])
     c = store.claim()
     assert c.action.sequence == 2
     assert store.claim() is None

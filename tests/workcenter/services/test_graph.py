@@ -1,7 +1,7 @@
 """Graph reset (DOMAIN §7.8), review routing (§7.7), manual graph retry (§8.6) and its preview."""
 import pytest
 
-from tests.conftest import checks_for, completed, make_graph
+from tests.conftest import make_graph
 from workcenter import services
 from workcenter.errors import InvalidState
 from workcenter.models import Action, Event, Run, WorkItem
@@ -111,7 +111,7 @@ def test_graph_retry_preview_lists_running_runs_to_supersede(store):
 
 def test_graph_retry_forces_ready_even_with_another_failed_action(store):
     item = make_graph(store, [{"id": "a"}, {"id": "b"}])
-    ca, cb = store.claim(), store.claim()
+    ca, _cb = store.claim(), store.claim()
     store.submit(ca, {"outcome": "failed", "error": "x"})
     # b's run is now stale (item needs_attention); the retry of a also resets running b
     services.work_item_retry(item_id=item.pk, now=store.now())

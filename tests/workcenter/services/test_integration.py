@@ -1,12 +1,11 @@
 """Integration reservations (DOMAIN §10.2): every refusal while live, normal behaviour once expired."""
-from datetime import timedelta
 
 import pytest
 
 from tests.conftest import make_graph
 from workcenter import services
 from workcenter.errors import ReservationActive
-from workcenter.models import Action, Run, WorkItem
+from workcenter.models import Action, Run
 
 
 def _reserved(store, reservation_ms=60_000):
@@ -31,7 +30,7 @@ def test_integration_acquire_moves_run_expiry(store, clock):
 
 def test_integration_acquire_renews_the_lease_it_extends(store, clock):
     # the reservation is a renewal: the page's "no heartbeat" clock restarts with it
-    item = make_graph(store, [{"id": "w", "mode": "isolated-write"},
+    make_graph(store, [{"id": "w", "mode": "isolated-write"},
                               {"id": "i", "type": "integrate", "mode": "integrate", "deps": ["w"]}])
     store.complete(store.claim())
     c = store.claim()
@@ -46,7 +45,7 @@ def test_integration_acquire_renews_the_lease_it_extends(store, clock):
 
 
 def test_integration_acquire_requires_prepared_integrate(store):
-    item = make_graph(store, [{"id": "i", "type": "integrate", "mode": "integrate"}])
+    make_graph(store, [{"id": "i", "type": "integrate", "mode": "integrate"}])
     c = store.claim()
     assert services.integration_acquire(action_id=c.action.pk, run_id=c.run.pk, owner_boot_id=c.run.owner_boot_id,
                                         lease_epoch=c.run.lease_epoch, now=store.now()) is None

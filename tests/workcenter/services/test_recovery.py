@@ -1,5 +1,4 @@
 """Recovery (DOMAIN §9.2) including DEV-3."""
-from datetime import timedelta
 
 from tests.conftest import make_graph
 from workcenter import services

@@ -191,8 +191,8 @@ def test_run_submit_validation_downgrades_to_failed(store, stage, result, error)
 
 
 def test_run_submit_review_changes_request_may_defer(store):
-    item = store.linear(criteria=["c1"])
-    for s in ["triage", "implement"]:
+    store.linear(criteria=["c1"])
+    for _stage in ["triage", "implement"]:
         store.complete(store.claim())
     c = store.claim()
     run, _, _ = store.submit(c, completed(["c1"], review_decision="changes_requested",
@@ -442,7 +442,7 @@ def test_finalize_guard_follows_mode_at_claim_time(store):
 def test_run_progress_counter_overflow_is_stored_as_zero(store):
     store.linear()
     c = store.claim()
-    run = services.run_progress(**_args(c), progress={"loop_count": 10**20, "tool_count": 1e300,
+    services.run_progress(**_args(c), progress={"loop_count": 10**20, "tool_count": 1e300,
                                                       "input_tokens": "1e300", "output_tokens": 7}, now=store.now())
     stored = Run.objects.get(pk=c.run.pk)
     assert (stored.loop_count, stored.tool_count, stored.input_tokens, stored.output_tokens) == (0, 0, 0, 7)

@@ -1,9 +1,9 @@
 """User operations (DOMAIN §8): create, start, update, cancel, guidance, retry."""
 import pytest
 
-from tests.conftest import checks_for, completed, make_graph
+from tests.conftest import completed, make_graph
 from workcenter import services
-from workcenter.errors import InvalidInput, InvalidState, ReservationActive, RevisionConflict
+from workcenter.errors import InvalidInput, InvalidState, RevisionConflict
 from workcenter.models import Action, Event, Run, WorkItem
 from workcenter.domain import workflows
 
