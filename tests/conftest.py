@@ -207,13 +207,14 @@ def make_graph(store: Store, stages, *, work_dir: str = "", status: str = "ready
     return_to=None, status="ready"}.
     """
     from workcenter.models import new_id
-    from workcenter.services import common, graph
+    from workcenter.services import graph
+    from workcenter.work_dirs import canonicalize_dir
 
     now = store.now()
     item = WorkItem.objects.create(
         id=id or new_id(), title=title, goal="Graph goal", acceptance_criteria=[],
         workflow_template="test-graph", workflow_snapshot={"execution_mode": "graph"},
-        status=status, work_dir=work_dir, workspace_key=common.canonicalize_dir(work_dir),
+        status=status, work_dir=work_dir, workspace_key=canonicalize_dir(work_dir),
         created_at=now, updated_at=now,
     )
     for seq, st in enumerate(stages, start=1):

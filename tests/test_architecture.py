@@ -127,7 +127,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "workcenter.clock", "workcenter.event_types", "workcenter.schemas", "workcenter.render",
         "workcenter.instruments", "workcenter.security", "workcenter.security_headers", "workcenter.settings",
         "workcenter.redis_layer", "workcenter.memory_layer", "workcenter.send_loop", "workcenter.serving",
-        "workcenter.demo_login",
+        "workcenter.demo_login", "workcenter.work_dirs",
     )),
     # the worker program: it reaches the store over HTTP (or through local_store, which imports it)
     ("worker", ("workcenter.worker", "workcenter.worker_journal", "workcenter.executors", "workcenter.executors.*")),

@@ -36,6 +36,7 @@ from django.db import DataError, IntegrityError, connection
 from . import db
 from .errors import InvalidInput
 from .events import EVENT_ORDER_LOCK
+from .work_dirs import canonicalize_dir
 from .models import (
     COUNTER_FIELDS,
     Action,
@@ -47,7 +48,7 @@ from .models import (
     WorkItemStatus,
     WorkspaceMode,
 )
-from .services.common import canonicalize_dir, store_transaction
+from .services.common import store_transaction
 from .services.graph import sync_claimable
 from .domain.normalize import context_on_read, normalize_checkpoint, normalize_evidence
 

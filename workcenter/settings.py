@@ -191,7 +191,7 @@ WORKCENTER_DEFAULT_WORK_DIR = os.environ.get("WORKCENTER_DEFAULT_WORK_DIR", "")
 # The directories a work item's work_dir may name (itself or below), separated like PATH (`:`
 # on POSIX, os.pathsep): a path outside them is refused with the same message as one that does
 # not exist, so the API reveals nothing of the file system beyond them. Empty (the default): any
-# absolute directory except the operating system's own trees (workcenter/services/work_items.py).
+# absolute directory except the operating system's own trees (workcenter/work_dirs.py).
 WORKCENTER_WORK_DIR_ROOTS = [os.path.normpath(root) for root in
                              os.environ.get("WORKCENTER_WORK_DIR_ROOTS", "").split(os.pathsep) if root.strip()]
 if any(not os.path.isabs(root) for root in WORKCENTER_WORK_DIR_ROOTS):

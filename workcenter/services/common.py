@@ -6,9 +6,8 @@ in a deadlock; multi-item work (recovery) locks items in primary-key order.
 """
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
-from typing import Any, Iterable
+from typing import Iterable
 
 from django.db import connection, transaction
 
@@ -17,6 +16,7 @@ from ..constants import MAX_INT32
 from ..db.guards import ITEM_AS_READ, RUN_RUNNING, Fence
 from ..errors import InvalidInput, NotFound, ReservationActive
 from ..models import Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
+from ..work_dirs import canonicalize_dir
 from ..domain import normalize, rules, workflows
 
 
@@ -59,17 +59,6 @@ def item_actions(item: WorkItem, *, lock: bool = False) -> list[Action]:
     if lock:
         qs = qs.select_for_update()
     return list(qs)
-
-
-def canonicalize_dir(path: Any) -> str:
-    """Canonical absolute path with symlinks resolved, or "" if blank or missing (DOMAIN §2.1)."""
-    if not isinstance(path, str) or not path.strip():
-        return ""
-    try:
-        real = os.path.realpath(path.strip())
-    except (OSError, ValueError):
-        return ""
-    return real if os.path.isdir(real) else ""
 
 
 def refuse_if_reserved(actions: Iterable[Action], now: datetime) -> None:

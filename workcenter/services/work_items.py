@@ -1,121 +1,39 @@
-"""User operations on work items (DOMAIN §8): create, start, update, cancel, guidance, retry."""
+"""User operations on work items (DOMAIN §8): create, start, update, cancel, guidance, retry.
+
+Each is one transaction, and each but the retry's preview writes. What the caller sends is
+cleaned first, before anything is read (workcenter/domain/work_item_input.py); a work_dir is
+checked against the allowed roots and resolved by workcenter/work_dirs.py.
+"""
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError
 
 from .. import db
 from ..db.guards import ACTION_OPEN, ACTION_OPEN_OR_FAILED, ITEM_AS_READ, ITEM_AT_REVISION, RUN_RUNNING, Fence
-from ..errors import InvalidInput, InvalidState, RevisionConflict, WorkflowError
+from ..errors import InvalidInput, InvalidState, RevisionConflict
 from ..event_types import EventType
 from ..events import event_append
 from ..models import ExecutionMode, OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus, new_id
 from ..domain import normalize, planning, rules, workflows
+from ..domain.work_item_input import (
+    clean_answer,
+    clean_answers,
+    clean_criteria,
+    clean_guidance,
+    clean_item_id,
+    clean_origin,
+    clean_patch,
+    clean_session_ids,
+    clean_text,
+    clean_workflow,
+)
+from ..work_dirs import MISSING, canonicalize_dir, resolve_work_dir
 from . import common, graph
 from .state_tokens import check_state_token, state_token
 from .common import resolve_now, store_transaction
-
-MISSING: Any = object()
-MAX_TEXT = 8000
-
-
-def _clean_text(value: Any, field: str, message: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInput(message, fields=[field])
-    return value.strip()
-
-
-def _clean_criteria(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise InvalidInput("acceptance_criteria must be a list of strings", fields=["acceptance_criteria"])
-    return [str(c).strip() for c in value if c is not None and str(c).strip()]
-
-
-# Without WORKCENTER_WORK_DIR_ROOTS, the trees that hold the operating system rather than
-# projects are refused (and the file system root itself). The kernel's trees are refused even
-# inside a root: their entries alias other paths (/proc/self/cwd is the server's own directory).
-SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
-                "/sbin", "/sys", "/usr")
-KERNEL_TREES = ("/dev", "/proc", "/sys")
-
-
-def _within(path: str, trees) -> bool:
-    return any(path == tree or path.startswith(tree.rstrip("/") + "/") for tree in trees)
-
-
-def _work_dir_allowed(path: str, roots: list[str]) -> bool:
-    """Is this absolute, normalised path one a work item may name (WORKCENTER_WORK_DIR_ROOTS)?"""
-    if _within(path, KERNEL_TREES):
-        return False
-    if roots:
-        return _within(path, roots)
-    return path != "/" and not _within(path, SYSTEM_TREES)
-
-
-def work_dir_syntax_error(work_dir: Any) -> str | None:
-    """What is wrong with this work_dir as text (schemas_in.WORK_DIR_PATTERN says the same), or None."""
-    if not isinstance(work_dir, str) or not work_dir.strip():
-        return "workDir must be a non-blank absolute path to an existing directory"
-    if not work_dir.startswith("/"):
-        return f"workDir must be an absolute path: {work_dir}"
-    if ".." in work_dir.split("/"):
-        return f"workDir must not contain '..' segments: {work_dir}"
-    return None
-
-
-def _resolve_work_dir(work_dir: Any) -> str:
-    """DOMAIN §8.1: a present work_dir must name an existing directory; absent ⇒ the default.
-
-    The path must be absolute, without `..` segments, and inside the allowed roots both as written
-    and once its symlinks are resolved. Whether a refused path exists is never told: outside the
-    roots nothing is looked up, and every refusal past the syntax has the same message."""
-    if work_dir is MISSING:
-        default = getattr(settings, "WORKCENTER_DEFAULT_WORK_DIR", "") or ""
-        return common.canonicalize_dir(default) if default else ""
-    problem = work_dir_syntax_error(work_dir)
-    if problem:
-        raise InvalidInput(problem, fields=["work_dir"])
-    refused = InvalidInput("workDir must name an existing directory the server allows "
-                           f"(WORKCENTER_WORK_DIR_ROOTS): {work_dir}", fields=["work_dir"])
-    roots = list(getattr(settings, "WORKCENTER_WORK_DIR_ROOTS", None) or [])
-    roots += [os.path.realpath(root) for root in roots]  # a root may itself be a symlink
-    path = os.path.normpath(work_dir)
-    if not _work_dir_allowed(path, roots):
-        raise refused
-    # canonicalize_dir strips surrounding blanks; a path with them names another directory here
-    real = common.canonicalize_dir(path) if path == path.strip() else ""
-    if not real or not _work_dir_allowed(real, roots):
-        raise refused
-    return real
-
-
-def _clean_origin(origin: Any, trusted: bool) -> dict | None:
-    if not isinstance(origin, dict):
-        return None
-    out = {}
-    for key in ("session_id", "message_id", "created_by"):
-        v = origin.get(key)
-        out[key] = str(v) if v is not None else None
-    out["trusted_session"] = bool(trusted)
-    return out
-
-
-def _clean_session_ids(value: Any) -> list[str]:
-    if not isinstance(value, list):
-        return []
-    seen: list[str] = []
-    for v in value:
-        s = str(v).strip() if v is not None else ""
-        if s and s not in seen:
-            seen.append(s)
-    return seen
-
 
 def work_item_create(
     *,
@@ -137,20 +55,13 @@ def work_item_create(
 ) -> WorkItem:
     """Create an item (`draft`, or `ready` with its first action when started). Validation first:
     a refused create writes nothing (DOMAIN §8.1)."""
-    title = _clean_text(title, "title", "title is required")
-    goal = _clean_text(goal, "goal", "goal is required")
-    criteria = _clean_criteria(acceptance_criteria)
-    real_dir = _resolve_work_dir(work_dir)
-    if id is not None and (not isinstance(id, str) or not id.strip() or len(id) > 200 or "/" in id
-                           or id in (".", "..")):
-        # the id is a URL path segment: `/`, `.` and `..` would address another route
-        raise InvalidInput("id must be a non-blank string of at most 200 characters, without '/', "
-                           "and neither '.' nor '..'", fields=["id"])
+    title = clean_text(title, "title", "title is required")
+    goal = clean_text(goal, "goal", "goal is required")
+    criteria = clean_criteria(acceptance_criteria)
+    real_dir = resolve_work_dir(work_dir)
+    id = clean_item_id(id)
     if trusted and workflow is not None:
-        try:
-            snapshot = workflows.normalize_workflow(workflow)
-        except WorkflowError as exc:  # API.md §0: the 422 names its field
-            raise InvalidInput(exc.message, fields=["workflow"]) from None
+        snapshot = clean_workflow(workflow)
         template = snapshot.get("id") or "custom"
     else:
         snapshot = planning.planning_snapshot(workflows.default_workflows(), work_item_type)
@@ -171,8 +82,8 @@ def work_item_create(
             work_dir=real_dir,
             workspace_key=real_dir,
             reuse_memory=reuse_memory is not False,
-            origin=_clean_origin(origin, trusted),
-            linked_session_ids=_clean_session_ids(linked_session_ids),
+            origin=clean_origin(origin, trusted),
+            linked_session_ids=clean_session_ids(linked_session_ids),
             session_context=normalize.normalize_session_context(session_context) if trusted and session_context else [],
             created_at=now,
             updated_at=now,
@@ -252,16 +163,9 @@ def work_item_update(
 ) -> WorkItem:
     """Patch title/goal/criteria/work_dir (DOMAIN §8.3). A contract change supersedes every open
     action and running run, bumps the revision and restarts from triage (`workflow.retriaged`)."""
-    allowed = ("title", "goal", "acceptance_criteria", "work_dir")
-    patch = {k: v for k, v in (patch or {}).items() if k in allowed}
-    if "title" in patch and patch["title"] is not None:
-        patch["title"] = _clean_text(patch["title"], "title", "title must be a non-blank string")
-    if "goal" in patch and patch["goal"] is not None:
-        patch["goal"] = _clean_text(patch["goal"], "goal", "goal must be a non-blank string")
-    if "acceptance_criteria" in patch and patch["acceptance_criteria"] is not None:
-        patch["acceptance_criteria"] = _clean_criteria(patch["acceptance_criteria"])
+    patch = clean_patch(patch)
     if "work_dir" in patch and patch["work_dir"] is not None:
-        patch["work_dir"] = _resolve_work_dir(patch["work_dir"])
+        patch["work_dir"] = resolve_work_dir(patch["work_dir"])
     with store_transaction():
         now = resolve_now(now)
         item = common.lock_item(item_id)
@@ -283,7 +187,7 @@ def work_item_update(
         guard = _status_guard(item, item.status, at_revision=True)
         for k, v in new.items():
             setattr(item, k, v)
-        item.workspace_key = common.canonicalize_dir(item.work_dir)
+        item.workspace_key = canonicalize_dir(item.work_dir)
         if not contract_changed:
             item.updated_at = now
             db.update(guard, {**new, "workspace_key": item.workspace_key, "updated_at": now})
@@ -361,14 +265,7 @@ def work_item_guide(
 ) -> WorkItem:
     """Restart the current action with the user's guidance (DOMAIN §8.5): linear supersedes it and
     inserts a copy; graph resets it in place [DEV-5]."""
-    text = guidance.strip()[:MAX_TEXT] if isinstance(guidance, str) else ""
-    new_attachments = list(attachments or [])
-    if not text and not new_attachments:
-        raise InvalidInput("guidance or attachments are required", fields=["guidance"])
-    if not text:
-        text = f"The user added {len(new_attachments)} attachment(s) as additional context for this Action."
-    if not isinstance(action_id, str) or not action_id or isinstance(revision, bool) or not isinstance(revision, int):
-        raise InvalidInput("actionId and revision are required for guidance", fields=["action_id", "revision"])
+    text, new_attachments = clean_guidance(guidance, attachments, action_id, revision)
     with store_transaction():
         now = resolve_now(now)
         item = common.lock_item(item_id)
@@ -404,7 +301,7 @@ def work_item_guide(
 def _retry_plan(item: WorkItem, answer: Any, now: datetime):
     """Shared by retry and its preview: checks, replacement and (graph) the reset plan."""
     _refuse_unless_retryable(item)
-    answer_text = answer.strip()[:MAX_TEXT] if isinstance(answer, str) else ""
+    answer_text = clean_answer(answer)
     if item.status == WorkItemStatus.WAITING and not answer_text:
         raise InvalidInput("answer is required to resume a waiting WorkItem", fields=["answer"])
     previous = Action.objects.filter(pk=item.current_action_id).first() if item.current_action_id else None
@@ -441,32 +338,6 @@ def _replacement(item: WorkItem, previous: Action, answer: str | None) -> tuple[
         context.append(common.run_context_entry(
             previous_run, previous, waiting_reason=previous_run.waiting_reason, answer=answer))
     return previous_run, rules.action_fields(item, previous=previous, context=context)
-
-
-def _clean_answers(answers: Any) -> dict[str, str]:
-    """`answers` as {action id: trimmed answer}, in the order given. Refused as a whole (422) when
-    it is not a non-empty list of {action_id, answer} objects with distinct ids and answers that
-    are not blank and at most 8 000 characters."""
-    def refuse(message: str):
-        return InvalidInput(message, fields=["answers"])
-
-    if not isinstance(answers, list) or not answers:
-        raise refuse("answers must be a non-empty list of {action_id, answer}")
-    out: dict[str, str] = {}
-    for entry in answers:
-        if not isinstance(entry, dict) or set(entry) != {"action_id", "answer"}:
-            raise refuse("each of answers must be an object with exactly action_id and answer")
-        action_id, text = entry["action_id"], entry["answer"]
-        if not isinstance(action_id, str) or not action_id:
-            raise refuse("each of answers needs an action_id")
-        if not isinstance(text, str) or not text.strip():
-            raise refuse(f"the answer for action {action_id} is blank")
-        if len(text.strip()) > MAX_TEXT:
-            raise refuse(f"the answer for action {action_id} is longer than {MAX_TEXT} characters")
-        if action_id in out:
-            raise refuse(f"answers names action {action_id} twice")
-        out[action_id] = text.strip()
-    return out
 
 
 def waiting_actions(item: WorkItem, actions: list[Action] | None = None) -> list[Action]:
@@ -561,7 +432,7 @@ def work_item_retry(*, item_id: str, answer: Any = None, answers: Any = None, ac
         if answers is not None:
             # after the status: an item that needs no retry says so whatever the answers
             _refuse_unless_retryable(item)
-            cleaned = _clean_answers(answers)
+            cleaned = clean_answers(answers)
             if item.execution_mode == ExecutionMode.GRAPH:
                 return _answers_retry(item, cleaned, now, actor)
             _answer_targets(item, cleaned, None)

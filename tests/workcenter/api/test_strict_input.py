@@ -23,7 +23,7 @@ from workcenter.schemas_in import (
     WHITESPACE,
     WORK_DIR_PATTERN,
 )
-from workcenter.services.work_items import work_dir_syntax_error
+from workcenter.work_dirs import work_dir_syntax_error
 
 from .conftest import fence
 
