@@ -34,7 +34,7 @@ from django.db import connection
 from workcenter import render
 from workcenter.clock import iso_ms
 from workcenter.instruments import WEBSOCKET_CLIENTS
-from workcenter.schemas import WorkerOut, WorkersOut
+from workcenter.schemas_out import WorkerOut, WorkersOut
 from workcenter.workers import Tracker
 
 from .stream.consumers import viewer_refusal

@@ -124,7 +124,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the vocabulary, the wire's shapes and the process's own tools: nothing here reads the store
     ("foundations", (
         "workcenter", "workcenter.apps", "workcenter.choices", "workcenter.constants", "workcenter.errors",
-        "workcenter.clock", "workcenter.event_types", "workcenter.schemas", "workcenter.render",
+        "workcenter.clock", "workcenter.event_types", "workcenter.schemas_out", "workcenter.render",
         "workcenter.instruments", "workcenter.security", "workcenter.security_headers", "workcenter.settings",
         "workcenter.redis_layer", "workcenter.memory_layer", "workcenter.send_loop", "workcenter.serving",
         "workcenter.demo_login", "workcenter.work_dirs",

@@ -29,7 +29,7 @@ from .instruments import CLAIM_SECONDS, SUBMIT_SECONDS
 from .services import bulk
 from .domain.normalize import UNSTORABLE
 from .services.runs import AppliedSubmission
-from .schemas import (
+from .schemas_out import (
     ActionResultOut,
     BulkOut,
     BulkPreviewOut,

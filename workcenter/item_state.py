@@ -29,7 +29,7 @@ import hashlib
 
 from . import render, selectors
 from .errors import NotFound
-from .schemas import DetailView, GraphOut, WorkItemDetailOut
+from .schemas_out import DetailView, GraphOut, WorkItemDetailOut
 
 LISTS = ("actions", "runs", "events")
 

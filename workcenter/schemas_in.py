@@ -7,7 +7,7 @@ those the services check (workDir, outcomes, waiting reasons): the services keep
 every caller gets the same answers. Fields whose value the domain normalises instead of refusing
 (the submission's evidence, plan, counters, …) take any storable JSON value on purpose: DOMAIN
 §7.2 turns bad values into defaults or failed runs, not 422s. The response shapes are
-workcenter.schemas.
+workcenter.schemas_out.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from typing import Any
 from workcenter import selectors
 from workcenter.models import Event
 from workcenter.render import render as render_out
-from workcenter.schemas import WorkItemSummaryOut
+from workcenter.schemas_out import WorkItemSummaryOut
 
 from .batcher import close_connection
 from .live_state import ItemStates

@@ -28,7 +28,7 @@ from workcenter import item_state
 from workcenter import overview as overview_figures
 from workcenter.render import dumps as render_dumps
 from workcenter.render import render
-from workcenter.schemas import OverviewOut
+from workcenter.schemas_out import OverviewOut
 
 logger = logging.getLogger("workcenter.events")
 

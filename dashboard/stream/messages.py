@@ -16,7 +16,7 @@ from workcenter import render as rendering
 from workcenter import selectors
 from workcenter.models import Event, Run
 from workcenter.render import render
-from workcenter.schemas import EventOut, WorkItemSummaryOut
+from workcenter.schemas_out import EventOut, WorkItemSummaryOut
 
 ITEMS_GROUP = "workcenter.items"
 PROGRESS_TAIL_CHARS = 2000

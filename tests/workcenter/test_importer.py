@@ -815,7 +815,7 @@ def service_twin(store, evidence, checkpoint):
 
 def rendered_runs(item_id: str) -> dict[str, dict]:
     from workcenter import render, selectors
-    from workcenter.schemas import DetailView, WorkItemDetailOut
+    from workcenter.schemas_out import DetailView, WorkItemDetailOut
 
     body = render.render(WorkItemDetailOut, DetailView(selectors.work_item_detail(item_id)))
     return {r["id"]: r for r in body["runs"]}

@@ -7,7 +7,7 @@ from pydantic import BaseModel
 
 from tests.conftest import completed, make_graph
 from workcenter import render, selectors, services
-from workcenter.schemas import (
+from workcenter.schemas_out import (
     ActionOut,
     ClaimOut,
     DetailView,
@@ -110,7 +110,7 @@ def test_defaults_and_resolvers_follow_the_schema():
 def test_live_stream_payloads_render_as_pydantic_renders_them(store):
     """The live stream's event and summary payloads (dashboard/stream/) use the same plans."""
     from workcenter.models import Event
-    from workcenter.schemas import WorkItemSummaryOut
+    from workcenter.schemas_out import WorkItemSummaryOut
 
     item, _ = _busy_item(store)
     linear = store.linear()
