@@ -21,7 +21,7 @@ from ninja.parser import Parser
 
 from . import overview as overview_figures
 from . import workers as worker_figures
-from . import item_state, render, selectors, services
+from . import item_page_state, render, selectors, services
 from .auth import CHANGE, DEFINE_WORKFLOWS, RUN_ACTIONS, VIEW, actor_of, api_auth
 from .constants import CLAIM_HINTS
 from .errors import BadRequest, InvalidInput, StaleRun, WorkcenterError
@@ -433,7 +433,7 @@ def work_item_state(request, item_id: PathId):
     """The item's whole state as the per-item stream pushes it (graph, item fields, actions, runs)
     and its `rev`: what a page reads back after a gap in the stream's diffs."""
     last = selectors.item_last_event_id(item_id)  # before the state: an event in between is replayed, never lost
-    return HttpResponse(render.dumps(item_state.read(item_id).full(last)), content_type="application/json")
+    return HttpResponse(render.dumps(item_page_state.read(item_id).full(last)), content_type="application/json")
 
 
 def _event_page(events: list, after_id: int) -> dict:

@@ -407,7 +407,7 @@ class GraphOut(Schema):
 
 class ItemStateOut(Schema):
     """What the work-item page shows of an item, with the revision the per-item stream's diffs
-    name (workcenter/item_state.py)."""
+    name (workcenter/item_page_state.py)."""
     rev: str = Field(..., description="names this state by its content: a stream diff whose base_rev is this "
                                       "applies to it")
     base_rev: Optional[str] = Field(None, description="always null here (a whole state)")

@@ -42,7 +42,8 @@ from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from workcenter import item_state, render, selectors
+from workcenter import item_page_state as item_state
+from workcenter import render, selectors
 from workcenter.auth import VIEW
 from workcenter.errors import NotFound
 from workcenter.instruments import WEBSOCKET_CLIENTS

@@ -24,7 +24,7 @@ import time
 from django.conf import settings
 from django.db import connection
 
-from workcenter import item_state
+from workcenter import item_page_state as item_state
 from workcenter import overview as overview_figures
 from workcenter.render import dumps as render_dumps
 from workcenter.render import render

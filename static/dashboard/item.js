@@ -101,7 +101,7 @@ async function catchUpEvents() {
 }
 
 // --- the pushed state -------------------------------------------------------------------------------
-// The per-item stream pushes the item's state (workcenter/item_state.py): whole in the hello and
+// The per-item stream pushes the item's state (workcenter/item_page_state.py): whole in the hello and
 // after a change of structure, else a diff on the state of rev `base_rev`. The page applies a diff
 // only on the state it shows (`shownRev`); on any other base it has missed one (a dropped
 // message, a reconnect) and reads the whole state back once (GET …/state), never per event.

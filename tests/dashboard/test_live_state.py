@@ -9,7 +9,7 @@ from django.test import Client
 
 from dashboard.stream import live_state
 from tests.conftest import make_graph
-from workcenter import item_state
+from workcenter import item_page_state
 from workcenter.models import WorkItem
 
 from .conftest import TIMEOUT, open_stream, run
@@ -43,10 +43,10 @@ def whole(item_id: str, client: Client) -> dict:
 
 def test_a_diff_rebuilds_the_state_it_was_made_for(store):
     item = make_graph(store, STAGES)
-    before = item_state.read(item.pk)
-    assert item_state.read(item.pk).rev == before.rev  # named by content: the same read, the same rev
+    before = item_page_state.read(item.pk)
+    assert item_page_state.read(item.pk).rev == before.rev  # named by content: the same read, the same rev
     claim = store.claim_item(item.pk, stage="a")
-    after = item_state.read(item.pk)
+    after = item_page_state.read(item.pk)
     diff = after.diff(before, 99)
     assert diff["base_rev"] == before.rev and diff["rev"] == after.rev != before.rev
     changed = [n["stage_id"] for n in diff["nodes"]]
@@ -56,7 +56,7 @@ def test_a_diff_rebuilds_the_state_it_was_made_for(store):
     rebuilt = apply(apply({}, before.full(98), 98), diff, 99)
     assert rebuilt == {k: v for k, v in after.full(99).items() if k != "base_rev"}
     # another item's state has another structure: never a diff, the whole state
-    other = item_state.read(make_graph(store, STAGES, title="Other").pk)
+    other = item_page_state.read(make_graph(store, STAGES, title="Other").pk)
     assert after.diff(other, 100)["base_rev"] is None
 
 
