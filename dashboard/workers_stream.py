@@ -35,7 +35,7 @@ from workcenter import render
 from workcenter.clock import iso_ms
 from workcenter.instruments import WEBSOCKET_CLIENTS
 from workcenter.schemas_out import WorkerOut, WorkersOut
-from workcenter.workers import Tracker
+from workcenter.worker_figures import Tracker
 
 from .stream.consumers import viewer_refusal
 

@@ -20,7 +20,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
 from . import overview as overview_figures
-from . import workers as worker_figures
+from . import worker_figures
 from . import item_page_state, render, selectors, services
 from .auth import CHANGE, DEFINE_WORKFLOWS, RUN_ACTIONS, VIEW, actor_of, api_auth
 from .constants import CLAIM_HINTS

@@ -164,7 +164,7 @@ class Run(models.Model):
             models.Index(fields=["status", "expires_at"], name="wc_run_status_expires"),
             models.Index(fields=["action", "started_at"], name="wc_run_action"),
             models.Index(fields=["work_item", "started_at"], name="wc_run_item"),
-            # the Workers page (workcenter/workers.py): the runs ended since a time, and the hour's
+            # the Workers page (workcenter/worker_figures.py): the runs ended since a time, and the hour's
             # ends per boot id and outcome read from the index alone; the running runs renewed since
             models.Index(fields=["ended_at", "owner_boot_id", "status"], name="wc_run_ended"),
             models.Index(fields=["status", "renewed_at"], name="wc_run_status_renewed"),

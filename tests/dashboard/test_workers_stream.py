@@ -1,4 +1,4 @@
-"""The Workers page's figures: bounded reads (workcenter/workers.py) and the push (`/ws/workers/`,
+"""The Workers page's figures: bounded reads (workcenter/worker_figures.py) and the push (`/ws/workers/`,
 dashboard/workers_stream.py)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from dashboard import workers_stream
-from workcenter import clock, services, workers
+from workcenter import clock, services, worker_figures
 from workcenter.models import Run
 
 from .conftest import TIMEOUT, close_code, open_stream, run
@@ -59,27 +59,27 @@ def renew(claim, lease_ms: int = 30_000):
 def test_a_refresh_with_nothing_changed_is_one_read_that_finds_no_row():
     ended_runs(400)
     claim = held_run("boot-live")
-    time.sleep(workers.MARGIN.total_seconds() + 0.1)  # the claim's and the ends' times out of the margin
-    tracker = workers.Tracker()
+    time.sleep(worker_figures.MARGIN.total_seconds() + 0.1)  # the claim's and the ends' times out of the margin
+    tracker = worker_figures.Tracker()
     tracker.load()
     before = tracker.snapshot()
     by_boot = {w["boot_id"]: w for w in before["workers"]}
     assert by_boot["boot-old-a"]["failed_1h"] + by_boot["boot-old-b"]["failed_1h"] == 200
     assert by_boot["boot-old-a"]["finished_1h"] + by_boot["boot-old-b"]["finished_1h"] == 200
     assert [h["run_id"] for h in by_boot["boot-live"]["held"]] == [claim.run.pk]
-    tracker.mark = mark = clock.now() - workers.MARGIN  # as after a refresh: nothing changed since
+    tracker.mark = mark = clock.now() - worker_figures.MARGIN  # as after a refresh: nothing changed since
     with CaptureQueriesContext(connection) as queries:
         assert tracker.refresh() is None
     assert len(queries.captured_queries) == 1  # the changed runs: none of the hour's 401 runs
-    assert workers.changed_runs(mark).count() == 0
+    assert worker_figures.changed_runs(mark).count() == 0
     # the same figures as a load (GET /api/v1/workers) reads
-    assert tracker.snapshot()["workers"] == workers.workers_seen()["workers"]
+    assert tracker.snapshot()["workers"] == worker_figures.workers_seen()["workers"]
 
 
 def test_a_renewal_and_an_end_are_diffs_of_their_worker_only():
     ended_runs(40)
     a, b = held_run("boot-a"), held_run("boot-b")
-    tracker = workers.Tracker()
+    tracker = worker_figures.Tracker()
     tracker.load()
     tracker.refresh()  # the claims within the margin: read again, unchanged
     assert tracker.refresh() is None
@@ -94,19 +94,19 @@ def test_a_renewal_and_an_end_are_diffs_of_their_worker_only():
     [row] = diff["workers"]
     assert row["boot_id"] == "boot-b" and row["held"] == [] and row["failed_1h"] == 1
     assert tracker.refresh() is None
-    assert tracker.snapshot()["workers"] == workers.workers_seen()["workers"]
+    assert tracker.snapshot()["workers"] == worker_figures.workers_seen()["workers"]
 
 
 def test_the_window_moves_by_the_minute_and_a_worker_leaves_it():
     ended_runs(2, boots=("boot-gone",), minutes=1)
-    tracker = workers.Tracker()
+    tracker = worker_figures.Tracker()
     now = clock.now()
     tracker.load(now)
     assert {w["boot_id"] for w in tracker.snapshot(now)["workers"]} == {"boot-gone", "boot-setup"}
     diff = tracker.refresh(now + timedelta(minutes=59, seconds=-now.second))  # still in the window
     assert diff is None or diff["gone"] == []
     later = now + timedelta(minutes=62)
-    tracker.mark = later - workers.MARGIN
+    tracker.mark = later - worker_figures.MARGIN
     diff = tracker.refresh(later)
     assert diff["workers"] == [] and diff["gone"] == ["boot-gone", "boot-setup"]
     assert tracker.snapshot(later)["workers"] == []
@@ -114,7 +114,7 @@ def test_the_window_moves_by_the_minute_and_a_worker_leaves_it():
 
 def test_a_held_run_deleted_with_its_item_leaves_at_the_reconcile():
     claim = held_run("boot-deleted")
-    tracker = workers.Tracker()
+    tracker = worker_figures.Tracker()
     tracker.load()
     claim.work_item.delete()
     tracker.reconciled = float("-inf")
@@ -138,9 +138,9 @@ def test_the_reads_use_the_time_indexes_on_postgresql():
     with connection.cursor() as cur:
         cur.execute("VACUUM ANALYZE workcenter_run")
     since = clock.now() - timedelta(seconds=3)
-    plan = workers.changed_runs(since).explain()
+    plan = worker_figures.changed_runs(since).explain()
     assert "wc_run_status_renewed" in plan and "wc_run_ended" in plan and "Seq Scan on workcenter_run" not in plan, plan
-    plan = workers.ended_since(workers.window_start(clock.now())).explain()
+    plan = worker_figures.ended_since(worker_figures.window_start(clock.now())).explain()
     assert "wc_run_ended" in plan and "Seq Scan" not in plan, plan
 
 
@@ -148,7 +148,7 @@ def test_the_reads_name_the_time_indexes():
     """On either database the planner can use the two time indexes (SQLite's plan names them at
     any size; PostgreSQL's large-table plan is the test above)."""
     since = clock.now() - timedelta(seconds=3)
-    plan = workers.changed_runs(since).explain()
+    plan = worker_figures.changed_runs(since).explain()
     if connection.vendor == "sqlite":
         assert "wc_run_status_renewed" in plan and "wc_run_ended" in plan, plan
     else:
@@ -174,7 +174,7 @@ def test_a_renewal_reaches_a_workers_stream_client_within_a_second(viewer_token)
         comm, hello = await open_stream("/ws/workers/", headers=bearer(viewer_token))
         [worker] = hello["workers"]
         assert worker["boot_id"] == "boot-push" and worker["held"][0]["run_id"] == claim.run.pk
-        await asyncio.sleep(workers.MARGIN.total_seconds() + 0.2)  # past the claim's margin
+        await asyncio.sleep(worker_figures.MARGIN.total_seconds() + 0.2)  # past the claim's margin
         assert await comm.receive_nothing(timeout=0.3)  # nothing changed: nothing sent
         notified = workers_stream.feed.notified
         started = time.monotonic()
