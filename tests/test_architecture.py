@@ -3,7 +3,8 @@ aside, function-local imports included) has no cycle and runs down the declared 
 domain imports nothing that touches the database, no module reaches into another's private
 names, no module is over 700 lines, few imports are function-local and each says why, nothing
 above the database layer (workcenter/db/) formats SQL or holds a fragment of it, every named
-guard is used, and every named statement has its header and a caller that live code reaches."""
+guard is used, every named statement has its header and a caller that live code reaches, and the
+services call exactly the fault points services/hooks.py names."""
 from __future__ import annotations
 
 import ast
@@ -455,3 +456,44 @@ def test_every_named_guard_is_named_once_and_used():
                                        if not _in_layer(n, "database toolkit")})
     used = set().union(*(bodies[f] for f in _live(bodies, roots)))
     assert sorted(k for k in named if k not in used) == [], "a guard no live code writes under"
+
+
+# --- the fault points -----------------------------------------------------------------------------
+
+def _fault_point_calls(sources: dict[str, str]) -> tuple[set[str], list[str]]:
+    """(the names the `fault_point` calls give, where a call gives no literal name)."""
+    names: set[str] = set()
+    unnamed: list[str] = []
+    for module, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if called != "fault_point":
+                continue
+            arg = node.args[0] if len(node.args) == 1 and not node.keywords else None
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                names.add(arg.value)
+            else:
+                unnamed.append(f"{module}:{node.lineno}")
+    return names, unnamed
+
+
+def test_the_fault_point_finder_reads_literal_names_only():
+    source = '''
+fault_point("a")
+hooks.fault_point("b")
+fault_point(name)
+fault_hook("c")
+'''
+    assert _fault_point_calls({"m": source}) == ({"a", "b"}, ["m:4"])
+
+
+def test_every_named_fault_point_is_called_and_every_called_one_named():
+    from workcenter.services import hooks
+
+    called, unnamed = _fault_point_calls({n: p.read_text(encoding="utf-8") for n, p in MODULES.items()})
+    assert unnamed == [], "call fault_point with its name written out"
+    assert sorted(set(hooks.FAULT_POINTS) - called) == [], "named in hooks.FAULT_POINTS, called nowhere"
+    assert sorted(called - set(hooks.FAULT_POINTS)) == [], "called, not named in hooks.FAULT_POINTS"
