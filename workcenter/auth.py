@@ -60,7 +60,8 @@ _BEARER = re.compile(r"bearer +(\S+)", re.IGNORECASE)
 
 def bearer_token(header: str | None) -> str | None:
     """The one reading of an `Authorization` header value, for the API (TokenAuth), /metrics and
-    /healthz (workcenter/metrics.py) and the websocket upgrade (dashboard/routing.py):
+    /healthz (workcenter/metrics.py; workcenter/health.py at the ASGI level) and the websocket
+    upgrade (dashboard/routing.py):
 
     * None (no header): no token; the caller's other credentials count (the session);
     * `Bearer <token>` (any case, spaces around and between): the token;

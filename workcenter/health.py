@@ -30,7 +30,9 @@ How:
   latency over the last minute (workcenter/instruments.py). A request that carries any other
   credential (an API token, a session cookie) goes on to the Django view (workcenter/metrics.py),
   which looks the credential up on a request thread — as any API call does — and gives the
-  details to a caller with `workcenter.view_workitem`, the status alone to anyone else.
+  details to a caller with `workcenter.view_workitem`, the status alone to anyone else. Both
+  read the Authorization header with `auth.bearer_token`; a present header that says no bearer
+  token gets the status alone, never the details (here, without the application).
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ from django.http import JsonResponse
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .auth import MalformedAuthorization, bearer_token
 from .instruments import CLAIMS_RECENT
 from .redis_layer import redis_host
 from .security_headers import asgi_headers, secure_scope
@@ -238,24 +241,28 @@ def scrape_token_matches(raw: str | None) -> bool:
     return bool(scrape and raw and hmac.compare_digest(raw.encode(), scrape.encode()))
 
 
-def bearer_of(header: str) -> str | None:
-    scheme, _, value = header.partition(" ")
-    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
-
-
 def _credential(scope) -> str:
-    """"none", "scrape" (the scrape token) or "other" (to be looked up by Django)."""
+    """"none" (the status alone), "scrape" (the scrape token: the details) or "other" (to be
+    looked up by Django). The Authorization header is read by auth.bearer_token, as the Django
+    view reads it (repeated, joined by commas): a present header that says no bearer token is
+    answered as no credential, whatever else the request carries, since metrics.healthz answers
+    it with the status alone too."""
     cookie_name = settings.SESSION_COOKIE_NAME.encode("latin-1") + b"="
-    kind = "none"
+    authorization: list[str] = []
+    session = False
     for name, value in scope.get("headers", ()):
         name = name.lower()
         if name == b"authorization":
-            if not scrape_token_matches(bearer_of(value.decode("latin-1"))):
-                return "other"
-            kind = "scrape"
+            authorization.append(value.decode("latin-1"))
         elif name == b"cookie" and cookie_name in value:
-            return "other"
-    return kind
+            session = True
+    try:
+        raw = bearer_token(",".join(authorization) if authorization else None)
+    except MalformedAuthorization:
+        return "none"
+    if raw is not None:
+        return "scrape" if scrape_token_matches(raw) else "other"
+    return "other" if session else "none"
 
 
 class Pace:

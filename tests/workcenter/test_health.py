@@ -166,6 +166,28 @@ def test_other_credentials_methods_and_paths_go_to_the_application(probe, settin
     assert _asgi(app, _scope(headers=[(b"cookie", b"theme=dark")]))[0] == 200
 
 
+def test_the_header_is_read_as_the_api_reads_it_and_a_malformed_one_gets_the_status_alone(probe, settings):
+    settings.WORKCENTER_METRICS_TOKEN = "scrape-secret-123"
+    probe.probe_once()
+    inner = _Inner()
+    app = health.HealthCheck(inner)
+    session = (b"cookie", f"{settings.SESSION_COOKIE_NAME}=abc".encode())
+    # the scrape token in any case of the scheme, with spaces around and between (auth.bearer_token)
+    for header in (b"bearer scrape-secret-123", b"Bearer  scrape-secret-123", b" BEARER scrape-secret-123 "):
+        status, _, body, _ = _asgi(app, _scope(headers=[(b"authorization", header)]))
+        assert status == 200 and set(json.loads(body)) == DETAILS, header
+    # present but no bearer token (the scrape token among other words, or the header twice): the
+    # status alone, answered here, a session beside it or not
+    for headers in ([(b"authorization", b"Bearer scrape-secret-123 x")],
+                    [(b"authorization", b"Basic c2NyYXBlOnNlY3JldA==")],
+                    [(b"authorization", b"Bearer")], [(b"authorization", b"")],
+                    [(b"authorization", b"Bearer scrape-secret-123"), (b"authorization", b"Bearer scrape-secret-123")],
+                    [session, (b"authorization", b"Bearer scrape-secret-123 x")]):
+        status, _, body, _ = _asgi(app, _scope(headers=headers))
+        assert status == 200 and json.loads(body) == {"status": "ok"}, headers
+    assert inner.calls == 0
+
+
 def test_the_answer_never_waits_on_the_probe(probe, monkeypatch):
     # given a probe that is stuck in a check that will not end, its last check long ago
     check = probe.probe_once()
