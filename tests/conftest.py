@@ -20,7 +20,8 @@ TESTS = Path(__file__).resolve().parent
 # `deployment`, given here by its folder or module); the demo path once, on SQLite (marker `demo`,
 # set by the module: the demo is the embedded default).
 ONCE_FOLDERS = ("browser", "e2e")
-ONCE_MODULES = ("test_deploy.py",)
+ONCE_MODULES = ("test_deploy.py",  # production settings and serving processes
+                "test_shell_executor.py")  # worker processes running commands: what a host allows
 
 
 # In parallel runs (pytest-xdist --dist loadgroup) the browser modules go to BROWSER_GROUPS test
@@ -29,6 +30,7 @@ ONCE_MODULES = ("test_deploy.py",)
 BROWSER_GROUPS = 2
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
     modules = sorted({item.path for item in items if item.path.relative_to(TESTS).parts[0] == "browser"})
     group_of = {path: f"browser-{n % BROWSER_GROUPS}" for n, path in enumerate(modules)}
