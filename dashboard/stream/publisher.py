@@ -73,8 +73,8 @@ class Publisher:
         parked claims are woken if the event may have made an action claimable, then the event is
         offered to the batching thread (queued unless nobody in this process may listen; from
         now on the event pump of this process skips it)."""
-        wake.after_commit(event)
         try:
+            wake.after_commit(event)
             layer = self.layer()
             if layer is not None:
                 self.publish_stored([event], layer)
