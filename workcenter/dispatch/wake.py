@@ -165,7 +165,7 @@ class ClaimsWake:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.queued = False  # a wake waits to leave
+        self.waiting_on: asyncio.AbstractEventLoop | None = None  # the loop a wake waits to leave on
         self.sent = 0
 
     def after_commit(self, event) -> None:
@@ -184,14 +184,14 @@ class ClaimsWake:
             if loop is None:
                 return
             with self.lock:
-                if self.queued:
+                if self.waiting_on is loop and loop.is_running():  # (a stopped loop never sends it)
                     return
-                self.queued = True
+                self.waiting_on = loop
             try:
                 send_loop.submit(self._send(layer), loop)
             except BaseException:
                 with self.lock:
-                    self.queued = False
+                    self.waiting_on = None
                 raise
         except Exception:  # a parked claim that misses it asks again at its deadline
             logger.exception("waking the parked claims failed")
@@ -207,7 +207,8 @@ class ClaimsWake:
 
     async def _send(self, layer) -> None:
         with self.lock:
-            self.queued = False  # it leaves now: the next commit queues a new one
+            if self.waiting_on is asyncio.get_running_loop():
+                self.waiting_on = None  # it leaves now: the next commit queues a new one
         began = time.time()
         await layer.group_send(CLAIMS_GROUP, WAKE)
         self.sent += 1
@@ -216,7 +217,7 @@ class ClaimsWake:
 
     def _after_fork_in_child(self) -> None:
         self.lock = threading.Lock()
-        self.queued = False
+        self.waiting_on = None
 
 
 wake = ClaimsWake()

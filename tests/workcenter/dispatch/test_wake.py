@@ -119,8 +119,19 @@ def test_a_burst_of_commits_sends_one_wake_and_a_commit_after_it_leaves_sends_an
     assert len(layer.sent) == 2 and wakes.sent == 2
 
 
+def test_a_wake_left_waiting_on_a_loop_that_stopped_does_not_hold_back_the_next():
+    layer = _CountingLayer()
+    wakes = waking.ClaimsWake()
+    gone = asyncio.new_event_loop()  # never runs: what it was handed is never sent
+    wakes.waiting_on = gone
+    wakes.request(layer)
+    send_loop.drain(5)
+    assert layer.sent == [(CLAIMS_GROUP, WAKE)]
+    gone.close()
+
+
 def test_an_in_memory_wake_needs_a_listener_of_this_process():
     layer = InMemoryChannelLayer()
     wakes = waking.ClaimsWake()
     wakes.request(layer)  # nobody listens in this process: nothing to send, nothing raised
-    assert wakes.loop_for(layer) is None and wakes.sent == 0 and not wakes.queued
+    assert wakes.loop_for(layer) is None and wakes.sent == 0 and wakes.waiting_on is None
