@@ -1,4 +1,4 @@
-"""The Workers stream (`/ws/workers/`): the Workers page's figures, pushed (workcenter/workers.py).
+"""The Workers stream (`/ws/workers/`): the Workers page's figures, pushed (workcenter/worker_figures.py).
 
 Messages: `{"type": "hello", "now", "workers": [Worker]}` (what `GET /api/v1/workers` answers),
 then `{"type": "workers", "now", "workers": [Worker], "gone": [boot id]}` whenever some workers'
@@ -10,7 +10,7 @@ process, so the figures are read, not published: one `WorkersFeed` per process, 
 ("workcenter-workers") that refreshes one `Tracker` while at least one client is connected and
 sends the diff, encoded once, to every client of the process, however many. When to refresh
 (`Waiter`): on SQLite every `TICK` (a refresh with nothing committed since is two `stat` calls, see
-workcenter/workers.py); on PostgreSQL when a renewal commits (LISTEN; migration 0007's trigger
+workcenter/worker_figures.py); on PostgreSQL when a renewal commits (LISTEN; migration 0007's trigger
 notifies) and every `PG_TICK` (claims, ends, the window's minute), a refresh with nothing changed
 being one indexed read that finds no row. The thread ends with the last client, and the next
 first client starts a new tracker (one load).

@@ -1,6 +1,6 @@
 """What the live stream pushes besides the events, so that an open page never pulls per event:
 
-* `ItemStates`: the per-item stream's `state` (workcenter/item_state.py). For each item with a
+* `ItemStates`: the per-item stream's `state` (workcenter/item_page_state.py). For each item with a
   listener in a batch (batches.py), the item's state is read once and attached to the message of
   its last event there: a diff on the state this process sent with
   the item's previous event, or the whole state when this process did not send that one (another
