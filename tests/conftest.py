@@ -30,6 +30,12 @@ ONCE_MODULES = ("test_deploy.py",  # production settings and serving processes
 BROWSER_GROUPS = 2
 
 
+def _names_a_redis_database(module) -> bool:
+    """A module that names a Redis database of its own at module level (`redis://…/N`): its tests
+    flush that database, so two of them must not run at once in two test processes."""
+    return any(isinstance(value, str) and value.startswith("redis://") for value in vars(module).values())
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
     modules = sorted({item.path for item in items if item.path.relative_to(TESTS).parts[0] == "browser"})
@@ -40,6 +46,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.deployment)
         if item.path in group_of:
             item.add_marker(pytest.mark.xdist_group(group_of[item.path]))
+        elif getattr(item, "module", None) is not None and _names_a_redis_database(item.module):
+            item.add_marker(pytest.mark.xdist_group(f"redis-{item.module.__name__}"))
 
 
 @pytest.hookimpl(hookwrapper=True)
