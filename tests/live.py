@@ -19,6 +19,15 @@ from websockets.sync.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The Redis server the tests use (each module names a database of its own on it): TESTS_REDIS
+# points a run at another server, so two runs on one machine never flush each other's keys.
+TESTS_REDIS = os.environ.get("TESTS_REDIS", "redis://127.0.0.1:6379").rstrip("/")
+
+
+def redis_db_url(db: int) -> str:
+    """The URL of database `db` on the tests' Redis server."""
+    return f"{TESTS_REDIS}/{db}"
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -13,13 +13,14 @@ from pathlib import Path
 
 from tests.live import free_port, start_daphne, stop_process
 from workcenter.redis_layer import redis_channel_layers
+from tests.live import redis_db_url
 
 # A Redis database of each test process's own (pytest-xdist runs several, each with its server):
 # one page's groups never receive another process's events.
 _REDIS_DBS = (11, 10, 8, 7, 4, 1)
 _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 REDIS_URL = os.environ.get("WORKCENTER_BROWSER_REDIS_URL",
-                           f"redis://127.0.0.1:6379/{_REDIS_DBS[_WORKER % len(_REDIS_DBS)]}")
+                           redis_db_url(_REDIS_DBS[_WORKER % len(_REDIS_DBS)]))
 CHROMIUM = os.environ.get("WORKCENTER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]

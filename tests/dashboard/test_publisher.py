@@ -27,11 +27,12 @@ from workcenter.models import Event
 from workcenter.redis_layer import redis_layer_config
 
 from .conftest import TIMEOUT, open_stream, receive_all, run
+from tests.live import redis_db_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 db_call = database_sync_to_async
-REDIS_URL = os.environ.get("WORKCENTER_TEST_PUBLISHER_REDIS_URL", "redis://127.0.0.1:6379/14")
+REDIS_URL = os.environ.get("WORKCENTER_TEST_PUBLISHER_REDIS_URL", redis_db_url(14))
 
 
 def bearer(token: str):

@@ -21,11 +21,12 @@ from workcenter.redis_layer import redis_channel_layers
 from tests.live import ROOT, Listener, database_url, free_port, port_open, wait_until
 
 from .conftest import TIMEOUT, open_stream, receive_all, run
+from tests.live import redis_db_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 db_call = database_sync_to_async
-REDIS_URL = os.environ.get("WORKCENTER_TEST_PUMP_REDIS_URL", "redis://127.0.0.1:6379/13")
+REDIS_URL = os.environ.get("WORKCENTER_TEST_PUMP_REDIS_URL", redis_db_url(13))
 
 
 def bearer(token: str):

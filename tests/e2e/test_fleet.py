@@ -31,6 +31,7 @@ from django.db import connection
 from tests.live import ROOT, database_url, free_port, start_daphne, stop_process, wait_until
 from workcenter.auth import api_token_create
 from workcenter.models import Action, Event, Run, WorkItem
+from tests.live import redis_db_url
 
 pytestmark = [
     pytest.mark.postgres,
@@ -38,7 +39,7 @@ pytestmark = [
     pytest.mark.skipif(connection.vendor != "postgresql", reason="the fleet runs on PostgreSQL + Redis"),
 ]
 
-REDIS_URL = os.environ.get("WORKCENTER_TEST_FLEET_REDIS_URL", "redis://127.0.0.1:6379/9")
+REDIS_URL = os.environ.get("WORKCENTER_TEST_FLEET_REDIS_URL", redis_db_url(9))
 WORKERS, CONCURRENCY, ITEMS = 4, 3, 100
 IDLE_LIMIT_S = 0.100
 

@@ -29,10 +29,11 @@ from workcenter import services
 from workcenter.auth import api_token_create
 from workcenter.constants import CLAIM_HINTS
 from workcenter.dispatch.wake import wake
+from tests.live import redis_db_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REDIS_URL = os.environ.get("WORKCENTER_TEST_REDIS_URL", "redis://127.0.0.1:6379/3")
+REDIS_URL = os.environ.get("WORKCENTER_TEST_REDIS_URL", redis_db_url(3))
 
 
 def _token() -> str:

@@ -30,14 +30,15 @@ from workcenter.redis_layer import BLOCKING_RECEIVE
 from tests.live import free_port, start_daphne, stop_process, wait_until
 
 from .test_worker_recovery import _post
+from tests.live import redis_db_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-IDLE_REDIS_URL = os.environ.get("WORKCENTER_TEST_IDLE_REDIS_URL", "redis://127.0.0.1:6379/5")
+IDLE_REDIS_URL = os.environ.get("WORKCENTER_TEST_IDLE_REDIS_URL", redis_db_url(5))
 # The failure this guards shows after one blocking receive of the layer (BLOCKING_RECEIVE, 5 s)
 # plus the read that times out: waiting three of them is as telling as a minute, in a quarter.
 IDLE_SECONDS = 3 * (BLOCKING_RECEIVE + 1)
-REPLAY_REDIS_URL = os.environ.get("WORKCENTER_TEST_REPLAY_REDIS_URL", "redis://127.0.0.1:6379/6")
+REPLAY_REDIS_URL = os.environ.get("WORKCENTER_TEST_REPLAY_REDIS_URL", redis_db_url(6))
 HISTORY = 10_000  # stored events
 HISTORY_ITEMS = 200  # the overview of the hello counts them; the replay is the 10,000 events
 

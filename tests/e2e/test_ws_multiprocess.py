@@ -16,10 +16,11 @@ from workcenter.models import Event
 from tests.live import ROOT, Listener, database_url, free_port, port_open, wait_until
 
 from .test_worker_recovery import _post
+from tests.live import redis_db_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REDIS_URL = os.environ.get("WORKCENTER_TEST_REDIS_URL", "redis://127.0.0.1:6379/2")
+REDIS_URL = os.environ.get("WORKCENTER_TEST_REDIS_URL", redis_db_url(2))
 
 
 def _daphne(port: int, env: dict) -> subprocess.Popen:

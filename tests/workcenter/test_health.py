@@ -19,10 +19,11 @@ from tests.live import free_port, start_daphne, stop_process, wait_until
 from workcenter import health
 from workcenter.auth import api_token_create
 from workcenter.instruments import RecentLatency
+from tests.live import redis_db_url
 
 pytestmark = pytest.mark.django_db
 
-TEST_REDIS_URL = "redis://127.0.0.1:6379/12"
+TEST_REDIS_URL = redis_db_url(12)
 DETAILS = {"status", "database", "channel_layer", "probe", "checked_seconds_ago", "interval_seconds",
            "database_seconds", "channel_layer_seconds", "channel_layer_ok_seconds_ago", "claims_last_minute"}
 

@@ -16,8 +16,9 @@ from workcenter.dispatch import wake as waking
 from workcenter.dispatch.wake import CLAIMS_GROUP, WAKE, Parked, claims_layer
 from workcenter.redis_layer import redis_channel_layers, redis_layer_config
 from workcenter.send_loop import send_loop
+from tests.live import redis_db_url
 
-REDIS_URL = os.environ.get("WORKCENTER_TEST_LONGPOLL_REDIS_URL", "redis://127.0.0.1:6379/15")
+REDIS_URL = os.environ.get("WORKCENTER_TEST_LONGPOLL_REDIS_URL", redis_db_url(15))
 
 
 @pytest.fixture
