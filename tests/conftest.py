@@ -236,3 +236,13 @@ def make_graph(store: Store, stages, *, work_dir: str = "", status: str = "ready
         )
     graph.sync_claimable(item)
     return WorkItem.objects.get(pk=item.pk)
+
+
+@pytest.fixture
+def viewer(db):
+    """A person who may only look: `view_workitem` alone."""
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user("viewer", password="pw")
+    user.user_permissions.add(Permission.objects.get(content_type__app_label="workcenter", codename="view_workitem"))
+    return User.objects.get(pk=user.pk)

@@ -92,14 +92,19 @@ def sign_in(page, url: str, username: str) -> None:
     page.wait_for_url(url)
 
 
-def test_pages_and_static_files_load_under_the_policy_and_the_stream_goes_live(production_server, watched, lead, bg):
+def login_page(production_server, watched, path: str = "/accounts/login/"):
+    """A new page of the watched context at the login form `path` (loaded under the policy),
+    and the server's base URL."""
     context, _ = watched
-    item = bg(make_graph, Store(Clock()), STAGES, title="Production page")
-    base = production_server.url
     page = context.new_page()
     page.set_default_timeout(15_000)
+    visit(page, f"{production_server.url}{path}", "#id_username")
+    return page, production_server.url
 
-    visit(page, f"{base}/accounts/login/", "#id_username")
+
+def test_pages_and_static_files_load_under_the_policy_and_the_stream_goes_live(production_server, watched, lead, bg):
+    item = bg(make_graph, Store(Clock()), STAGES, title="Production page")
+    page, base = login_page(production_server, watched)
     assert styled(page)
     sign_in(page, f"{base}/", "lead")
     page.wait_for_selector(f'#items tr[data-id="{item.pk}"]')
@@ -113,7 +118,7 @@ def test_pages_and_static_files_load_under_the_policy_and_the_stream_goes_live(p
     page.wait_for_selector('#conn[data-state="live"]')
     assert violations(page) == []
 
-    cookies = {c["name"]: c for c in context.cookies()}
+    cookies = {c["name"]: c for c in page.context.cookies()}
     assert cookies["sessionid"]["secure"] and cookies["sessionid"]["httpOnly"]
     assert cookies["csrftoken"]["secure"]
 
@@ -125,12 +130,8 @@ GLOBALS = "() => Object.getOwnPropertyNames(window).sort()"
 def test_the_dashboard_pages_put_nothing_for_tests_on_window(production_server, watched, lead, bg):
     """The browser tests read the DOM, the pages' performance entries and their websocket traffic:
     in production no page exposes a hook (`window.__wc…`) nor any other name of its own."""
-    context, _ = watched
     item = bg(make_graph, Store(Clock()), STAGES, title="Nothing on window")
-    base = production_server.url
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    visit(page, f"{base}/accounts/login/", "#id_username")
+    page, base = login_page(production_server, watched)
     plain = set(page.evaluate(GLOBALS))  # a page without the dashboard's scripts (the login form)
     sign_in(page, f"{base}/", "lead")
     page.wait_for_selector("#overview .ov-stat")  # the list's own reads done (leaving would abort them)
@@ -147,15 +148,10 @@ def test_the_dashboard_pages_put_nothing_for_tests_on_window(production_server, 
 
 
 def test_django_admin_and_the_api_docs_work_under_the_policy(production_server, watched, transactional_db, bg):
-    context, _ = watched
     User.objects.create_superuser("root", password=PASSWORD)
     item = bg(make_graph, Store(Clock()), STAGES, title="Admin page")
     action = item.actions.order_by("sequence").first()
-    base = production_server.url
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-
-    visit(page, f"{base}/admin/login/", "#id_username")
+    page, base = login_page(production_server, watched, "/admin/login/")
     assert page.evaluate("getComputedStyle(document.querySelector('#header')).display") != "inline"  # admin CSS
     sign_in(page, f"{base}/admin/", "root")
     assert violations(page) == []

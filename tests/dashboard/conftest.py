@@ -6,7 +6,6 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from dashboard.stream.publisher import publisher
@@ -32,13 +31,6 @@ def no_overview_push(settings):
     settings.WORKCENTER_STREAM_OVERVIEW = False
     yield
     publisher.overview.cancel()  # none due after the test
-
-
-@pytest.fixture
-def viewer(db):
-    user = User.objects.create_user("viewer", password="pw")
-    user.user_permissions.add(Permission.objects.get(content_type__app_label="workcenter", codename="view_workitem"))
-    return User.objects.get(pk=user.pk)
 
 
 @pytest.fixture

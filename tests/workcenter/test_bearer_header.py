@@ -5,7 +5,6 @@ the token. Anything else present: refused, 401 (a websocket: closed with 4401), 
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from dashboard.routing import stream_token
@@ -33,13 +32,6 @@ MALFORMED = [
 ]
 # well formed: the scheme in any case, one or more spaces, blanks around (RFC 6750 §2.1)
 WELL_FORMED = ["Bearer {token}", "bearer {token}", "BEARER {token}", "Bearer  {token}", "  Bearer {token}  "]
-
-
-@pytest.fixture
-def viewer(db):
-    user = User.objects.create_user("viewer", password="pw")
-    user.user_permissions.add(Permission.objects.get(content_type__app_label="workcenter", codename="view_workitem"))
-    return User.objects.get(pk=user.pk)
 
 
 @pytest.fixture
