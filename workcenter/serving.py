@@ -14,6 +14,11 @@ worker protocol (4 clients, PostgreSQL): together about 6 % of the process's CPU
   the query string as sent, credentials included. Daphne's access log (`--access-log`, or stdout
   at verbosity ≥ 1) is written by daphne itself, redacted as below.
 
+And one thing Twisted gets wrong: its table of reason phrases (`twisted.web.http.RESPONSES`) stops
+at the codes of RFC 2616, so a 422 went out as `HTTP/1.1 422 Unknown Status` (an ASGI answer
+carries a status code only; the server writes the phrase). standard_reason_phrases fills in the
+standard phrase (RFC 9110, from the standard library's HTTPStatus) of every code it lacks.
+
 Each is applied only if the attribute it replaces exists, so a Twisted or daphne release that
 renames them is served as it ships (for the redaction, tests/e2e/test_access_log_secrets.py then
 fails: a release that logs elsewhere must be looked at before it is used).
@@ -23,6 +28,7 @@ from __future__ import annotations
 import functools
 import gc
 import re
+from http import HTTPStatus
 from urllib.parse import unquote_plus
 
 REDACTED = "[redacted]"
@@ -52,6 +58,19 @@ def trim_server_overheads() -> None:
         return
     if "log" not in HTTPFactory.__dict__ and hasattr(HTTPFactory, "log"):
         HTTPFactory.log = _no_twisted_access_line
+
+
+def standard_reason_phrases() -> None:
+    """The status line of every code says its standard phrase (`422 Unprocessable Content`, `429 Too
+    Many Requests`), never Twisted's `Unknown Status`; codes Twisted knows keep its phrase."""
+    try:  # local, as above
+        from twisted.web import http
+    except ImportError:
+        return
+    for status in HTTPStatus:
+        # 422: RFC 9110 §15.5.21 renamed it; the standard library (3.11) still says "Unprocessable Entity"
+        phrase = "Unprocessable Content" if status == HTTPStatus.UNPROCESSABLE_ENTITY else status.phrase
+        http.RESPONSES.setdefault(status.value, phrase.encode("ascii"))
 
 
 def _no_twisted_access_line(self, request) -> None:
