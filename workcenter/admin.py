@@ -24,6 +24,7 @@ from django.contrib.admin import helpers
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
@@ -72,6 +73,52 @@ def when(value: datetime | None) -> str:
     return clock.iso_ms(value) if value else "—"
 
 
+def when_short(value: datetime | None):
+    """A list cell's time: "06:41:07" today, "12-05 06:41" on another day, the full time on hover."""
+    if value is None:
+        return "—"
+    local = timezone.localtime(value)
+    text = local.strftime("%H:%M:%S") if local.date() == timezone.localdate() else local.strftime("%m-%d %H:%M")
+    return format_html('<time datetime="{}" title="{}">{}</time>', clock.iso_ms(value), when(value), text)
+
+
+def age(seconds: float) -> str:
+    """A duration in words a repair can act on: "42 s", "3 min 5 s", "2 h 4 min"."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+# --- leases: the rule of the Workers page (workcenter/worker_figures.py) --------------------------
+
+def lease_renewed(run: Run) -> datetime:
+    """When the lease was last taken or renewed."""
+    return run.renewed_at or run.started_at
+
+
+def lease_not_renewing(run: Run, now: datetime) -> bool:
+    """A running run whose lease has gone more than half its length without a renewal: its worker
+    renews every lease/3, so a live one never gets there; a stopped or hung one does."""
+    renewed = lease_renewed(run)
+    return run.status == RunStatus.RUNNING and (now - renewed) * 2 > (run.expires_at - renewed)
+
+
+def lease_expired(run: Run, now: datetime) -> bool:
+    return run.status == RunStatus.RUNNING and run.expires_at <= now
+
+
+def lease_words(run: Run, now: datetime) -> str:
+    """ "live, 40 s left" / "expired 12 s ago", then "not renewing" when it applies."""
+    if run.status != RunStatus.RUNNING:
+        return "—"
+    left = (run.expires_at - now).total_seconds()
+    words = f"live, {age(left)} left" if left > 0 else f"expired {age(-left)} ago"
+    return words + (", not renewing" if left > 0 and lease_not_renewing(run, now) else "")
+
+
 # --- filters ---------------------------------------------------------------------------------------
 
 class ExecutionModeFilter(admin.SimpleListFilter):
@@ -94,6 +141,31 @@ class ExecutionModeFilter(admin.SimpleListFilter):
 
 class ItemExecutionModeFilter(ExecutionModeFilter):
     path = "work_item__workflow_snapshot__execution_mode"
+
+
+class LeaseFilter(admin.SimpleListFilter):
+    """Runs to repair: running with a lease unrenewed for more than half its length (its worker has
+    stopped or hangs; recovery takes it when the lease ends), or running past the lease's end
+    (recovery has not taken it yet: is the recovery loop running?)."""
+
+    title = "lease"
+    parameter_name = "lease"
+
+    def lookups(self, request, model_admin):
+        return [("not_renewing", "not renewing"), ("expired", "lease expired")]
+
+    def queryset(self, request, queryset):
+        now = clock.now()
+        running = queryset.filter(status=RunStatus.RUNNING)
+        if self.value() == "expired":
+            return running.filter(expires_at__lte=now)
+        if self.value() == "not_renewing":
+            # half of each run's own lease: decided per row over the running runs (as many as the
+            # workers hold), not with date arithmetic that differs between SQLite and PostgreSQL
+            ids = [r.pk for r in running.only("pk", "status", "started_at", "renewed_at", "expires_at")
+                   if lease_not_renewing(r, now)]
+            return running.filter(pk__in=ids)
+        return queryset
 
 
 class ActorKindFilter(admin.SimpleListFilter):
@@ -219,6 +291,34 @@ REPAIRS = {
 }
 
 
+def repair_facts(obj, now: datetime) -> dict:
+    """What a confirmation page says about a row before the admin confirms: the work item (title
+    and link), the stage, the status, and for a live run the worker, lease epoch, the time since its
+    last renewal and the lease's state."""
+    run = obj if isinstance(obj, Run) else None
+    if isinstance(obj, Action) and obj.current_run_id:
+        run = Run.objects.filter(pk=obj.current_run_id, status=RunStatus.RUNNING).first()
+    action = obj.action if isinstance(obj, Run) else obj
+    facts = {
+        "kind": obj._meta.verbose_name, "pk": obj.pk, "short": short(obj.pk),
+        "url": reverse(f"admin:workcenter_{obj._meta.model_name}_change", args=[obj.pk]),
+        "title": obj.work_item.title, "item_url": reverse("admin:workcenter_workitem_change", args=[obj.work_item_id]),
+        "stage": action.effective_stage_id, "sequence": action.sequence, "status": obj.status,
+        "status_label": obj.status.replace("_", " "),
+        "attempts": f"{action.attempt} / {action.max_attempts}", "run": None,
+    }
+    if run is not None:
+        renewed = lease_renewed(run)
+        facts["run"] = {
+            "short": short(run.pk), "worker": short(run.owner_boot_id), "boot_id": run.owner_boot_id,
+            "epoch": run.lease_epoch, "status": run.status, "renewed_ago": age((now - renewed).total_seconds()),
+            "renewed_at": when(renewed), "lease": lease_words(run, now),
+            "not_renewing": lease_not_renewing(run, now), "expired": lease_expired(run, now),
+            "started_ago": age((now - run.started_at).total_seconds()),
+        }
+    return facts
+
+
 def row_label(obj) -> str:
     """Names a repaired row without its status, which the repair has just changed."""
     if isinstance(obj, Action):
@@ -247,12 +347,14 @@ def run_repair(modeladmin: admin.ModelAdmin, request, queryset, name: str):
         initial = ActionEditForm.initial_for(objects[0]) if (name == "edit_actions" and len(objects) == 1) else None
         form = repair.form_class(initial=initial)
     opts = modeladmin.model._meta
+    now = clock.now()
     context = {
         **modeladmin.admin_site.each_context(request),
         "title": f"{repair.label}: confirm",
         "opts": opts,
         "repair": repair,
         "objects": objects,
+        "rows": [repair_facts(obj, now) for obj in objects],
         "form": form,
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         "media": modeladmin.media + form.media,
@@ -418,36 +520,64 @@ class ActionAdmin(ReadOnlyAdmin):
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
-    list_display = ("short_id", "item", "action_link", "badge", "owner_boot_id", "lease_epoch", "lease",
-                    "started_at", "ended_at", "events")
+    # what a repair needs, one line per run at 1280 px (admin.css keeps the cells on one line and
+    # shortens long titles; the full values are on hover and on the change page)
+    list_display = ("short_id", "item", "action_link", "badge", "worker", "epoch", "renewal", "lease", "started",
+                    "ended")
     list_display_links = ("short_id",)
-    list_filter = ("status", ItemExecutionModeFilter, "action__workspace_mode", "work_item__workspace_key",
-                   "action__type")
+    list_filter = ("status", LeaseFilter, ItemExecutionModeFilter, "action__workspace_mode",
+                   "work_item__workspace_key", "action__type")
     search_fields = ("id", "owner_boot_id", "action__id", "action__stage_id", "work_item__id", "work_item__title")
     list_select_related = ("work_item", "action")
     ordering = ("-started_at",)
     repairs = ("release_runs",)
     exclude = ("evidence", "checkpoint", "acceptance_checks", "contract_patch")
-    readonly_fields = ("evidence_view", "acceptance_checks_view", "checkpoint_view", "contract_patch_view")
+    readonly_fields = ("related", "evidence_view", "acceptance_checks_view", "checkpoint_view", "contract_patch_view")
 
-    @admin.display(description="action", ordering="action__sequence")
+    @admin.display(description="work item", ordering="work_item__title")
+    def item(self, obj):
+        url = reverse("admin:workcenter_workitem_change", args=[obj.work_item_id])
+        return format_html('<a href="{}" title="{}">{}</a>', url, obj.work_item.title, obj.work_item.title)
+
+    @admin.display(description="stage", ordering="action__stage_id")
     def action_link(self, obj):
         return change_link("action", obj.action_id, f"{obj.action.effective_stage_id} #{obj.action.sequence}")
 
-    @admin.display(description="lease", ordering="expires_at")
-    def lease(self, obj):
+    @admin.display(description="worker", ordering="owner_boot_id")
+    def worker(self, obj):
+        return format_html('<span class="wc-mono" title="{}">{}</span>', obj.owner_boot_id, short(obj.owner_boot_id))
+
+    @admin.display(description="epoch", ordering="lease_epoch")
+    def epoch(self, obj):
+        return obj.lease_epoch
+
+    @admin.display(description="last renewal", ordering="renewed_at")
+    def renewal(self, obj):
         if obj.status != RunStatus.RUNNING:
             return "—"
-        now = clock.now()
-        left = (obj.expires_at - now).total_seconds()
-        state = f"live, {int(left)} s left" if left > 0 else f"expired {int(-left)} s ago"
-        if obj.renewed_at is None:
-            return state
-        return f"{state}, renewed {int((now - obj.renewed_at).total_seconds())} s ago"
+        ago = f"{age((clock.now() - lease_renewed(obj)).total_seconds())} ago"
+        if lease_not_renewing(obj, clock.now()):
+            return format_html('{} <span class="wc-flag">not renewing</span>', ago)
+        return ago
 
-    @admin.display(description="events")
-    def events(self, obj):
-        return changelist_link("event", {"run_id": obj.pk}, "events")
+    @admin.display(description="lease", ordering="expires_at")
+    def lease(self, obj):
+        now = clock.now()
+        words = lease_words(obj, now)
+        return format_html('<span class="wc-flag">{}</span>', words) if lease_expired(obj, now) else words
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj):
+        return when_short(obj.started_at)
+
+    @admin.display(description="ended", ordering="ended_at")
+    def ended(self, obj):
+        return when_short(obj.ended_at)
+
+    @admin.display(description="related rows")
+    def related(self, obj):
+        return format_html("{} · {}", change_link("action", obj.action_id, "action"),
+                           changelist_link("event", {"run_id": obj.pk}, "events"))
 
     evidence_view = json_view("evidence")
     acceptance_checks_view = json_view("acceptance_checks")

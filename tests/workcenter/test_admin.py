@@ -365,3 +365,79 @@ def test_non_staff_user_is_refused(client, django_user_model, data):
 def test_anonymous_is_sent_to_login(client, data):
     r = client.get(_url("run"))
     assert r.status_code == 302 and "/admin/login/" in r["Location"]
+
+
+# --- leases: the runs list, its filters and the confirmation pages -----------------------------
+
+@pytest.fixture
+def leases(store, clock):
+    """Three running runs of 60 s leases, renewed 29 s ago (renewing: under half the lease), 40 s ago
+    (not renewing, still live) and 70 s ago (expired), and a failed run renewed long ago."""
+    from datetime import timedelta
+
+    runs = {}
+    for name, renewed_ago in (("fresh", 29), ("silent", 40), ("expired", 70)):
+        item = make_graph(store, [{"id": f"{name}-stage"}], title=f"Item {name}")
+        claim = store.claim_item(item.pk, boot=f"boot-{name}-0123456789")
+        renewed = clock.t - timedelta(seconds=renewed_ago)
+        Run.objects.filter(pk=claim.run.pk).update(renewed_at=renewed, expires_at=renewed + timedelta(seconds=60))
+        runs[name] = claim.run.pk
+    old = make_graph(store, [{"id": "done-stage", "max_attempts": 1}], title="Item failed")
+    claim = store.claim_item(old.pk)
+    store.submit(claim, {"outcome": "failed", "error": "boom"})
+    Run.objects.filter(pk=claim.run.pk).update(renewed_at=clock.t - timedelta(seconds=500))
+    runs["failed"] = claim.run.pk
+    return runs
+
+
+@pytest.mark.parametrize("query,expected", [
+    ("lease=not_renewing", {"silent", "expired"}),
+    ("lease=expired", {"expired"}),
+    ("", {"fresh", "silent", "expired", "failed"}),
+])
+def test_run_lease_filters(admin_client, leases, query, expected):
+    r = admin_client.get(_url("run") + "?" + query)
+    assert r.status_code == 200
+    assert {x.pk for x in _rows(r)} == {leases[name] for name in expected}
+
+
+def test_runs_list_shows_the_columns_a_repair_needs(admin_client, leases):
+    r = admin_client.get(_url("run"))
+    html = r.content.decode()
+    headers = [str(h["text"]) for h in r.context["result_headers"]]
+    assert headers[1:] == ["id", "work item", "stage", "status", "worker", "epoch", "last renewal", "lease",
+                           "started", "ended"]
+    assert "not renewing" in html and "lease expired" in html  # the filter's choices
+    assert "boot-sil" in html and "boot-silent-0123456789" in html  # short id, the whole one on hover
+    rows = {x.pk: x for x in _rows(r)}
+    admin = r.context["cl"].model_admin
+    assert str(admin.renewal(rows[leases["fresh"]])).startswith("29 s ago")
+    assert "not renewing" not in str(admin.renewal(rows[leases["fresh"]]))
+    assert str(admin.renewal(rows[leases["silent"]])) == '40 s ago <span class="wc-flag">not renewing</span>'
+    assert str(admin.lease(rows[leases["silent"]])) == "live, 20 s left, not renewing"
+    assert str(admin.lease(rows[leases["expired"]])) == '<span class="wc-flag">expired 10 s ago</span>'
+    assert admin.renewal(rows[leases["failed"]]) == "—" and admin.lease(rows[leases["failed"]]) == "—"
+
+
+def test_release_confirmation_names_item_stage_worker_epoch_and_renewal(admin_client, leases):
+    run = Run.objects.select_related("work_item").get(pk=leases["silent"])
+    r = _post_action(admin_client, "run", "release_runs", [run.pk])
+    assert r.status_code == 200
+    html = r.content.decode()
+    assert f'<a href="{_url("workitem", "change", run.work_item_id)}">Item silent</a>' in html
+    assert "silent-stage" in html
+    assert 'title="boot-silent-0123456789">boot-sil</span>' in html
+    assert f"<td>{run.lease_epoch}</td>" in html
+    assert "40 s ago" in html and "live, 20 s left, not renewing" in html
+    assert f"run {run.pk[:8]} (running)" not in html
+
+
+def test_action_confirmation_names_the_live_run_or_says_there_is_none(admin_client, leases):
+    expired = Run.objects.get(pk=leases["expired"])
+    failed = Run.objects.get(pk=leases["failed"])
+    r = _post_action(admin_client, "action", "reset_actions", [expired.action_id, failed.action_id])
+    html = r.content.decode()
+    assert "Item expired" in html and "expired-stage" in html and "Item failed" in html and "done-stage" in html
+    assert 'title="boot-expired-0123456789">boot-exp</span>' in html
+    assert "1 min 10 s ago" in html and "expired 10 s ago" in html
+    assert "no live run" in html  # the failed action holds none
