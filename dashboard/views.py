@@ -14,16 +14,55 @@ from django.shortcuts import redirect, render
 from django.utils.http import urlsafe_base64_decode
 
 from workcenter import selectors
-from workcenter.auth import CHANGE, VIEW
+from workcenter.auth import CHANGE, VIEW, user_has_perm
 from workcenter.demo_login import DEMO_LOGIN_ENV, demo_login_tokens
 from workcenter.errors import NotFound
 from workcenter.security import CONTENT_SECURITY_POLICY
 
+# What each control of the pages does, and the permission its API operation declares
+# (workcenter/api.py: `auth=api_auth(...)`; tests/dashboard/test_page_permissions.py holds the two
+# together). A page offers a control only when the person holds it: never one the API refuses.
+OPERATION_PERMISSIONS = {
+    "create": ("POST", "/work-items", CHANGE),
+    "start": ("POST", "/work-items/{item_id}/start", CHANGE),
+    "retry": ("POST", "/work-items/{item_id}/retry", CHANGE),
+    "edit": ("PATCH", "/work-items/{item_id}", CHANGE),
+    "cancel": ("POST", "/work-items/{item_id}/cancel", CHANGE),
+    "guide": ("POST", "/work-items/{item_id}/guidance", CHANGE),
+    "bulk": ("POST", "/work-items/bulk", CHANGE),
+}
+
+
+def may_release(request: HttpRequest) -> bool:
+    """The admin's own checks for its Release repair of a run (workcenter/admin.py): the admin site
+    lets the person in (active staff), the runs' list is visible to them, and the repair is theirs."""
+    from django.contrib import admin
+
+    from workcenter.models import Run
+
+    run_admin = admin.site._registry.get(Run)
+    return bool(run_admin is not None and admin.site.has_permission(request)
+                and run_admin.has_view_or_change_permission(request)
+                and "release_runs" in run_admin.get_actions(request))
+
+
+def page_permissions(request: HttpRequest) -> dict:
+    """{control: bool} for the page's boot config: what this person may do, by the same checks
+    the API (auth.user_has_perm) and the admin make."""
+    user = request.user
+    may = {name: user_has_perm(user, permission) for name, (_, _, permission) in OPERATION_PERMISSIONS.items()}
+    may["release"] = may_release(request)
+    return may
+
+
 def _page_config(request: HttpRequest, **extra) -> dict:
     user = request.user
+    may = page_permissions(request)
     return {
         "username": user.get_username(),
-        "can_change": user.has_perm(CHANGE),
+        "may": may,
+        # any of the item operations (retry, cancel, edit, start, guidance): one permission today
+        "can_change": all(may[k] for k in ("start", "retry", "edit", "cancel", "guide")),
         "api_base": "/api/v1",
         **extra,
     }

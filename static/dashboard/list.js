@@ -43,7 +43,7 @@ const pending = new Map(); // id -> summary whose move would disturb the view: a
 let nextCursor = null;
 let loaded = false; // the first page of the current filter is on screen
 let buffered = []; // events that arrived before it
-const bulk = config.can_change ? new BulkSelection({ rows: () => [...rows.values()], onItems: (items) => items.forEach((i) => upsert(i)) }) : null;
+const bulk = config.may?.bulk ? new BulkSelection({ rows: () => [...rows.values()], onItems: (items) => items.forEach((i) => upsert(i)) }) : null;
 const overview = new OverviewStrip(document.getElementById("overview"));
 
 // --- rendering -----------------------------------------------------------------------------------

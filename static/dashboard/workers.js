@@ -24,8 +24,10 @@ function heldCell(worker, now) {
       h("span", { class: stale ? "renew stale" : "renew", dataset: { run: run.run_id, renewed: run.renewed_at } },
         `renewed ${unbroken(formatDuration(since))} ago of a ${unbroken(formatDuration(run.lease_ms))} lease`),
     ];
-    if (config.can_change) {
-      parts.push(" ", h("a", { class: "small", href: `/admin/workcenter/run/?q=${encodeURIComponent(run.run_id)}`,
+    // only for whom the admin's Release is open (active staff who may see runs and repair them):
+    // config.may.release is computed by the admin's own checks (dashboard/views.py)
+    if (config.may?.release) {
+      parts.push(" ", h("a", { class: "small release-link", href: `/admin/workcenter/run/?q=${encodeURIComponent(run.run_id)}`,
         title: "Open the run in the admin, where Release interrupts it now" }, "Release…"));
     }
     return h("li", {}, ...parts);
