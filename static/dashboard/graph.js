@@ -17,6 +17,7 @@
 //     ordering, balanced placement), also in both directions.
 import dagre from "../vendor/dagre-3.1.3/dagre.esm.js";
 import { STATUS_ICON, STATUS_LABEL, formatDuration, markLatest, measureLatest, runDurationMs, shortId } from "./common.js";
+import { stageHistory } from "./item-stages.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const NODE_W = 224;
@@ -30,6 +31,7 @@ const RING_R = 7;
 const RING_C = 2 * Math.PI * RING_R;
 const MODE_MARK = { shared: "shared", read: "read", "isolated-write": "isolated", integrate: "integrate" };
 const HIGHLIGHT = new Set(["failed", "waiting"]);
+const LOOP_ROOM = 40; // room above (or beside) the stages for the back-edges of review loops
 const MINIMAP_W = 200;
 const MINIMAP_H = 130;
 
@@ -297,45 +299,37 @@ export class GraphView {
     });
   }
 
-  keyOf(n) { return this.mode === "graph" ? n.stage_id : n.id; }
-
-  edgeKeys(e) {
-    return this.mode === "graph" ? [e.source, e.target] : [e.source_action_id, e.target_action_id];
-  }
+  /** One node per stage, linear and graph items alike: a node's key is its stage id. */
+  keyOf(n) { return n.stage_id; }
 
   /** Elements drawn over the graph (the side panel): the view keeps its content out from under them. */
   coverBy(...elements) { this.covers.push(...elements); }
 
   /**
-   * The nodes to draw: a linear item's superseded attempts fold into the stage's next action
-   * (shown as a badge on it); a graph item's nodes are canonical actions already.
-   * Returns {shown: [node], folded: Map key -> [node], pairs: [[a, b]]}.
+   * The nodes to draw: one per stage (item-stages.js), the stage's current action with the status
+   * it shows, its attempts folded into it. Edges: a graph item's dependencies between stages; a
+   * linear item's chain of stages in the order they first ran. Review loops are drawn apart, as
+   * back-edges. Returns {shown: [node], pairs: [[a, b]], loops: [{source, target, count}]}.
    */
   displayed(graph) {
-    const folded = new Map();
-    if (this.mode !== "linear") {
-      const keys = new Set(graph.nodes.map((n) => n.stage_id));
-      const pairs = [];
-      for (const e of graph.edges) if (keys.has(e.source) && keys.has(e.target) && e.source !== e.target) pairs.push([e.source, e.target]);
-      return { shown: graph.nodes, folded, pairs };
-    }
-    const later = new Map(); // stage -> key of its latest shown action
-    const shown = [];
-    for (let i = graph.nodes.length - 1; i >= 0; i--) {
-      const n = graph.nodes[i];
-      const into = later.get(n.stage_id);
-      if (n.status === "superseded" && into) {
-        if (!folded.has(into)) folded.set(into, []);
-        folded.get(into).push(n);
-        continue;
-      }
-      later.set(n.stage_id, n.id);
-      shown.push(n);
-    }
-    shown.reverse();
+    const hist = this.history;
+    const shown = hist.order.map((stage) => {
+      const s = hist.stages.get(stage);
+      return { ...s.node, status: s.status, action_status: s.node.status, attempts: s.attempts.length, since: s.since,
+        loop_back: hist.loops.filter((l) => l.source === stage).reduce((t, l) => t + l.count, 0) };
+    });
     const pairs = [];
-    for (let i = 0; i + 1 < shown.length; i++) pairs.push([shown[i].id, shown[i + 1].id]);
-    return { shown, folded, pairs };
+    const seen = new Set();
+    const add = (a, b) => {
+      const k = `${a}->${b}`;
+      if (a === b || seen.has(k) || !hist.stages.has(a) || !hist.stages.has(b)) return;
+      seen.add(k);
+      pairs.push([a, b]);
+    };
+    if (this.mode === "graph") for (const e of graph.edges) add(e.source, e.target);
+    else for (let i = 0; i + 1 < hist.order.length; i++) add(hist.order[i], hist.order[i + 1]);
+    const loops = hist.loops.filter((l) => hist.stages.has(l.source) && hist.stages.has(l.target) && !seen.has(`${l.source}->${l.target}`));
+    return { shown, pairs, loops };
   }
 
   /**
@@ -344,14 +338,16 @@ export class GraphView {
    * last update that laid the graph out) and "wc-graph-painted" (that one until the browser drew
    * the frame: style, layout and paint included).
    */
-  setGraph(graph) {
+  setGraph(graph, history = null) {
     const t0 = performance.now();
     this.mode = graph.execution_mode === "linear" ? "linear" : "graph";
     this.graph = graph;
-    const { shown, folded, pairs } = this.displayed(graph);
-    this.folded = folded;
+    this.history = history || stageHistory(graph, null);
+    const { shown, pairs, loops } = this.displayed(graph);
+    this.shown = shown;
     const keys = shown.map((n) => this.keyOf(n));
-    const structure = `${this.mode}|${keys.join(",")}|${pairs.map((p) => p.join("->")).sort().join(",")}`;
+    const structure = `${this.mode}|${keys.join(",")}|${pairs.map((p) => p.join("->")).sort().join(",")}`
+      + `|${loops.map((l) => `${l.source}~>${l.target}`).sort().join(",")}`;
     let layoutMs = 0;
     let relayout = false;
     if (structure !== this.structure) {
@@ -361,6 +357,7 @@ export class GraphView {
       this.structure = structure;
       this.keys = keys;
       this.pairs = pairs;
+      this.loops = loops;
       this.variants = new Map();
       this.layering = null;
       // the room is measured before the new nodes are in the document (reading it after would
@@ -380,6 +377,7 @@ export class GraphView {
         if (entry) this.restyle(entry, n);
       }
     }
+    this.drawLoops();
     this.highlightPaths();
     this.applyOutline();
     this.minimapDirty = true;
@@ -607,7 +605,7 @@ export class GraphView {
     }
     if (folded.length) {
       const w = 34;
-      right.push(`<g class="node-badge" transform="translate(${NODE_W - 10 - used - w},6)"><rect width="${w}" height="20" rx="10"/>`
+      right.push(` <g class="node-badge" transform="translate(${NODE_W - 10 - used - w},6)"><rect width="${w}" height="20" rx="10"/>`
         + `<text x="${w / 2}" y="15" text-anchor="middle">↻${folded.length}</text></g>`);
       used += w + 6;
     }
@@ -618,10 +616,11 @@ export class GraphView {
       + `<rect class="node-box" width="${NODE_W}" height="${NODE_H}" rx="8"/>`
       + `<rect class="node-stripe" width="4" height="${NODE_H - 14}" x="0" y="7" rx="2"/>`
       + `<text class="node-name" x="14" y="22">${esc(clip(n.name, nameChars))}</text>`
-      + `<text class="node-sub" x="14" y="39">${esc(clip(n.type, 12))} · ${attempt} · <tspan class="mode" data-mode="${esc(n.workspace_mode)}">${esc(mode)}</tspan></text>`
-      + `<text class="node-status" x="14" y="56">${esc(STATUS_ICON[n.status] || "•")} ${esc(label)}`
+      // the lines are parted by a space, undrawn, so their text reads as words (the accessible name, speak)
+      + ` <text class="node-sub" x="14" y="39">${esc(clip(n.type, 12))} · ${attempt} · <tspan class="mode" data-mode="${esc(n.workspace_mode)}">${esc(mode)}</tspan></text>`
+      + ` <text class="node-status" x="14" y="56">${esc(STATUS_ICON[n.status] || "•")} ${esc(label)}`
       + `${dur ? ` · <tspan class="node-dur">${esc(dur)}</tspan>` : ""}</text>`
-      + (extra ? `<text class="${extra.cls}" x="14" y="72">${esc(extra.text)}</text>` : "")
+      + (extra ? ` <text class="${extra.cls}" x="14" y="72">${esc(extra.text)}</text>` : "")
       + right.join("");
   }
 
@@ -658,6 +657,17 @@ export class GraphView {
     entry.extra = el.querySelector(".node-extra");
     entry.ring = el.querySelector(".ring-fg");
     entry.live = !!(entry.data && (entry.data.lease || (entry.data.run && !entry.data.run.ended_at)));
+    this.speak(entry);
+  }
+
+  /** A drawn node's accessible name is the text it shows, line by line (WCAG 2.5.3: the name
+   *  contains the visible label), the whole stage name first when the drawing shortens it. */
+  speak(entry) {
+    const lines = [...entry.el.querySelectorAll("text")].map((t) => t.textContent.trim()).filter(Boolean);
+    const name = entry.data && entry.data.name;
+    if (name && lines[0] !== name) lines.unshift(name);
+    // the status icons and dots are drawn, not spoken (their words follow them)
+    entry.el.setAttribute("aria-label", lines.join(", ").replace(/\s*·\s*/g, ", ").replace(/[\p{So}]\s*/gu, ""));
   }
 
   /** Re-draw one node's content only when something it shows changed. */
@@ -685,14 +695,16 @@ export class GraphView {
     for (const entry of this.nodes.values()) {
       if (!entry.live) continue;
       const n = entry.data;
-      if (entry.dur) { const t = this.durationText(n, now); if (entry.dur.textContent !== t) entry.dur.textContent = t; }
+      let said = false;
+      if (entry.dur) { const t = this.durationText(n, now); if (entry.dur.textContent !== t) { entry.dur.textContent = t; said = true; } }
       const live = this.liveness(n.lease, now);
-      if (!live) continue;
+      if (!live) { if (said) this.speak(entry); continue; }
       const extra = this.extraLine(n, live);
       if (extra && entry.extra) {
-        if (entry.extra.textContent !== extra.text) entry.extra.textContent = extra.text;
+        if (entry.extra.textContent !== extra.text) { entry.extra.textContent = extra.text; said = true; }
         if (entry.extra.getAttribute("class") !== extra.cls) entry.extra.setAttribute("class", extra.cls);
       }
+      if (said) this.speak(entry);
       entry.el.classList.toggle("hb-stale", live.stale);
       entry.el.classList.toggle("lease-expired", live.remaining === 0);
       if (entry.ring) entry.ring.setAttribute("stroke-dashoffset", (RING_C * (1 - Math.min(1, live.remaining / live.span))).toFixed(2));
