@@ -325,6 +325,13 @@ def work_items_bulk_preview(request, payload: BulkPreviewIn):
     return bulk.work_items_bulk_preview(operation=payload.operation, ids=payload.ids)
 
 
+def _bulk_answers(answers) -> dict | None:
+    if answers is None:
+        return None
+    return {item_id: [{"action_id": a.action_id, "answer": a.answer} for a in entries]
+            for item_id, entries in answers.items()}
+
+
 @items.post("/work-items/bulk", response={200: BulkOut, **ERRORS, 413: ErrorOut}, auth=api_auth(CHANGE))
 def work_items_bulk(request, payload: BulkIn):
     """Retry or cancel each item in its own transaction, fenced by the revision and the state token
@@ -333,7 +340,7 @@ def work_items_bulk(request, payload: BulkIn):
     out = bulk.work_items_bulk_apply(operation=payload.operation, ids=payload.ids, reason=payload.reason,
                                      expected_revisions=payload.expected_revisions,
                                      expected_state_tokens=payload.expected_state_tokens, answer=payload.answer,
-                                     actor=actor_of(request))
+                                     answers=_bulk_answers(payload.answers), actor=actor_of(request))
     summaries = selectors.work_item_summaries([r["id"] for r in out["results"] if r["ok"]])
     for result in out["results"]:
         result["work_item"] = summaries.get(result["id"]) if result["ok"] else None

@@ -466,6 +466,8 @@ class BulkPreviewIn(InputSchema):
 
 
 class BulkIn(InputSchema):
+    model_config = ConfigDict(json_schema_extra=_retry_rules)  # `answer` or `answers`, never both
+
     operation: BulkOperation
     ids: BulkIds
     reason: NonBlankText = Field(..., description="why: recorded with each row's event (`reason` in its data)")
@@ -478,3 +480,14 @@ class BulkIn(InputSchema):
                           "alone (state_changed, its message saying what happened) and nothing is done to it")
     answer: Optional[AnswerText] = Field(None, description="retry: the answer given to every waiting item "
                                                            "(required to resume one); ignored for the others")
+    answers: Optional[Annotated[dict[Text, Annotated[list[RetryAnswerIn], Field(min_length=1, max_length=500)]],
+                                _KeysWithoutNul()]] = Field(
+        None, description="retry, instead of `answer`: {id: [{action_id, answer}]}, one answer per waiting stage of "
+                          "each item named (the single retry's `answers` form, each item's list as it takes it); "
+                          "an item it does not name is retried without an answer")
+
+    @model_validator(mode="after")
+    def _one_answer_form(self):
+        if {"answer", "answers"} <= self.model_fields_set:
+            raise ValueError("give either answer or answers, not both")
+        return self

@@ -264,6 +264,9 @@ class BulkPreviewRowOut(Schema):
     reset_action_ids: list[str]
     new_action: bool
     stops: list[RunStopOut] = Field(..., description="the running runs the operation would stop or supersede")
+    waiting_stages: list["WaitingStageOut"] = Field(
+        default_factory=list, description="retry: the stages that wait for an answer, with their questions (as "
+                                          "the item's retry-preview has them); answer each in the bulk's `answers`")
 
 
 class BulkPreviewOut(Schema):

@@ -207,7 +207,7 @@ async function refreshRetry(reason) {
   let failure = null;
   if (reason !== "open" && status && !RETRYABLE.has(status)) {
     // the detail is as fresh as the last event: no preview to ask for (it would answer 409)
-    failure = { code: "invalid_state", message: `WorkItem in ${status} does not need retry` };
+    failure = { code: "invalid_state", message: `the item is ${statusWord(status)}: only an item that is waiting or needs attention can be retried` };
   } else {
     try { p = await fetchPreview(); } catch (err) { failure = err; }
   }
@@ -224,7 +224,8 @@ async function refreshRetry(reason) {
   if (!p) {
     retry.retryable = false;
     retry.preview = null;
-    setNotice(notice, reason === "open" ? `Nothing to retry: ${failure.message.replace(/\.$/, "")}.` : notRetryableText());
+    const said = failure.message.replace(/\.$/, "");
+    setNotice(notice, reason === "open" ? `${said.charAt(0).toUpperCase()}${said.slice(1)}.` : notRetryableText());
     $("retry-preview").replaceChildren(h("p", { class: "muted" }, "Nothing to retry now."));
     renderAnswers(null);
     graphView.setOutlined([]);

@@ -9,8 +9,10 @@ The checks and the change happen under the item's row lock in one transaction, s
 changed meanwhile is refused alone (revision_conflict, or state_changed saying what happened since)
 and the others still apply. The reason is kept in each row's event (`reason` in its data).
 
-A waiting item's retry needs an answer: its preview row is allowed, and its message says that
-the request's `answer` will be given to it (the apply refuses the row without one).
+A waiting item's retry needs an answer: its preview row is allowed, lists the stages that wait
+with their questions (`waiting_stages`, as the single retry-preview has them), and its message
+says so. The apply gives it the request's `answers` for that item (one per waiting stage, the
+single retry's `answers` form) or the request's one `answer`; without either the row is refused.
 """
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ from ..choices import OPEN_ACTION_STATUSES
 from ..errors import InvalidInput, RevisionConflict, WorkcenterError
 from ..models import Action, Run, RunStatus, WorkItem, WorkItemStatus
 from ..domain import rules
+from ..domain.work_item_input import clean_answers
 from .common import resolve_now
 from .state_tokens import state_tokens
-from .work_items import work_item_cancel, work_item_retry, work_item_retry_preview
+from .work_items import not_retryable_message, work_item_cancel, work_item_retry, work_item_retry_preview
 
 OPERATIONS = ("retry", "cancel")
 MAX_IDS = 200
@@ -53,7 +56,7 @@ def _row(item_id: str, item: WorkItem | None, *, allowed: bool = False, code: st
          message: str | None = None) -> dict:
     return {"id": item_id, "title": item.title if item else None, "status": item.status if item else None,
             "revision": item.revision if item else None, "state_token": None, "allowed": allowed, "code": code, "message": message,
-            "reset_stage_ids": [], "reset_action_ids": [], "new_action": False, "stops": []}
+            "reset_stage_ids": [], "reset_action_ids": [], "new_action": False, "stops": [], "waiting_stages": []}
 
 
 def _stops(runs: list[Run]) -> list[dict]:
@@ -68,8 +71,7 @@ def _running_runs(**filters) -> list[Run]:
 
 def _retry_row(item: WorkItem, now: datetime) -> dict:
     if item.status not in RETRYABLE:
-        return _row(item.pk, item, code="invalid_state",
-                    message=f"it is {item.status}: only waiting or needs_attention items can be retried")
+        return _row(item.pk, item, code="invalid_state", message=not_retryable_message(item.status))
     try:
         preview = work_item_retry_preview(item_id=item.pk, now=now)
     except WorkcenterError as exc:
@@ -85,14 +87,17 @@ def _retry_row(item: WorkItem, now: datetime) -> dict:
     runs = {r.pk: r for r in _running_runs(pk__in=superseded)} if superseded else {}
     row["stops"] = _stops([runs[r] for r in superseded if r in runs])
     stage = preview["target_stage_id"]
+    row["waiting_stages"] = [{k: w[k] for k in ("action_id", "stage_id", "run_id", "waiting_reason", "waiting_since",
+                                                "reset_action_ids")} for w in preview["waiting_stages"]]
     if item.status == WorkItemStatus.WAITING:
         waiting = len(preview["waiting_stages"])
-        others = f"; {waiting - 1} other stage(s) keep waiting" if waiting > 1 else ""
-        row["message"] = (f"waits for an answer at stage {stage}: the retry gives it the request's answer "
-                          f"(required){others}")
+        row["message"] = (f"{waiting} stages wait for an answer: each is given its own" if waiting > 1
+                          else f"stage {stage} waits for an answer: the retry gives it yours")
     else:
-        row["message"] = (f"restarts stage {stage} as a new action" if row["new_action"]
-                          else f"resets stage {stage} and {len(reset) - 1} dependent action(s) in place")
+        dependents = len(reset) - 1
+        row["message"] = (f"starts stage {stage} again as a new attempt" if row["new_action"]
+                          else f"starts stage {stage} again" + (f" with {dependents} stage(s) after it" if dependents
+                                                                else ""))
     return row
 
 
@@ -167,6 +172,22 @@ def _check_map(ids: list[str], value: Any, field: str, what: str, top: int) -> N
             raise InvalidInput(f"{field}[{item_id}] must be an integer from 0 to {top}", fields=[field])
 
 
+def _check_answers(operation: str, ids: list[str], answer: Any, answers: Any) -> None:
+    if answers is None:
+        return
+    if answer is not None:
+        raise InvalidInput("give either answer or answers, not both", fields=["answer", "answers"])
+    if operation != "retry":
+        raise InvalidInput("answers go with a retry only", fields=["answers"])
+    if not isinstance(answers, dict):
+        raise InvalidInput("answers must map work item ids to their [{action_id, answer}]", fields=["answers"])
+    extra = [k for k in answers if k not in set(ids)]
+    if extra:
+        raise InvalidInput("answers names ids that are not in ids: " + ", ".join(map(str, extra[:10])), fields=["answers"])
+    for entries in answers.values():
+        clean_answers(entries)  # each item's list as the single retry takes it (422 otherwise)
+
+
 def _check_apply(ids: list[str], reason: Any, expected_revisions: Any, expected_state_tokens: Any) -> str:
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidInput("reason is required: say why these items are retried or cancelled", fields=["reason"])
@@ -177,20 +198,26 @@ def _check_apply(ids: list[str], reason: Any, expected_revisions: Any, expected_
 
 
 def work_items_bulk_apply(*, operation: Any, ids: Any, reason: Any, expected_revisions: Any, answer: str | None = None,
-                          expected_state_tokens: Any = None, actor: str = "system",
-                          now: datetime | None = None) -> dict:
+                          answers: dict[str, list[dict]] | None = None, expected_state_tokens: Any = None,
+                          actor: str = "system", now: datetime | None = None) -> dict:
     """{operation, results}: each row applied in its own transaction, in the order of `ids`;
     each result {id, ok, code, message}. A bad request is refused as a whole before any row.
     `expected_state_tokens` ({id: the row's state_token}; None: no state fence) refuses a row
-    whose item moved since the preview (state_changed), its message saying what happened."""
+    whose item moved since the preview (state_changed), its message saying what happened.
+    `answers` ({id: [{action_id, answer}]}, instead of `answer`): retry: each item it names is
+    retried with its own answers, one per waiting stage, as the single retry's `answers` form."""
     ids = check_request(operation, ids)
     reason = _check_apply(ids, reason, expected_revisions, expected_state_tokens)
+    _check_answers(operation, ids, answer, answers)
     results = []
     for item_id in ids:
         expected = expected_revisions[item_id]
         token = expected_state_tokens[item_id] if expected_state_tokens is not None else None
         try:
-            if operation == "retry":
+            if operation == "retry" and answers and item_id in answers:
+                work_item_retry(item_id=item_id, answers=answers[item_id], expected_revision=expected,
+                                expected_state_token=token, reason=reason, actor=actor, now=now)
+            elif operation == "retry":
                 work_item_retry(item_id=item_id, answer=answer, answer_for_waiting_only=True,
                                 expected_revision=expected, expected_state_token=token, reason=reason,
                                 actor=actor, now=now)

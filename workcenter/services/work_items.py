@@ -318,9 +318,15 @@ def _retry_plan(item: WorkItem, answer: Any, now: datetime):
     return previous, previous_run, replacement, plan
 
 
+def not_retryable_message(status: str) -> str:
+    """Why an item in `status` cannot be retried, in the words of its status label."""
+    label = WorkItemStatus(status).label if status in WorkItemStatus.values else status
+    return f"the item is {label}: only an item that is waiting or needs attention can be retried"
+
+
 def _refuse_unless_retryable(item: WorkItem) -> None:
     if item.status not in (WorkItemStatus.WAITING, WorkItemStatus.NEEDS_ATTENTION):
-        raise InvalidState(f"WorkItem in {item.status} does not need retry")
+        raise InvalidState(not_retryable_message(item.status))
 
 
 def _last_ended_run(action: Action) -> Run | None:
@@ -384,7 +390,8 @@ def _answer_targets(item: WorkItem, answers: dict[str, str], actions: list[Actio
     return sorted(targets.values(), key=lambda a: a.sequence)
 
 
-def _answers_retry(item: WorkItem, answers: dict[str, str], now: datetime, actor: str) -> WorkItem:
+def _answers_retry(item: WorkItem, answers: dict[str, str], now: datetime, actor: str,
+                   reason: str | None = None) -> WorkItem:
     """The graph `answers` form, under the item lock: reset each target stage in place (§7.8),
     each with its own answer in its replacement's context, then the item `ready` with the first
     target current and one `work_item.retried {target_stage_id}` event per stage. Every write is
@@ -403,7 +410,8 @@ def _answers_retry(item: WorkItem, answers: dict[str, str], now: datetime, actor
     graph.sync_claimable(item)
     for target in reset:
         event_append(work_item_id=item.pk, type=EventType.WORK_ITEM_RETRIED,
-                     data={"target_stage_id": target.effective_stage_id}, action_id=target.pk, actor=actor, now=now)
+                     data=_with_reason({"target_stage_id": target.effective_stage_id}, reason), action_id=target.pk,
+                     actor=actor, now=now)
     return item
 
 
@@ -434,7 +442,7 @@ def work_item_retry(*, item_id: str, answer: Any = None, answers: Any = None, ac
             _refuse_unless_retryable(item)
             cleaned = clean_answers(answers)
             if item.execution_mode == ExecutionMode.GRAPH:
-                return _answers_retry(item, cleaned, now, actor)
+                return _answers_retry(item, cleaned, now, actor, reason)
             _answer_targets(item, cleaned, None)
             answer = cleaned[item.current_action_id]
         previous, _run, replacement, plan = _retry_plan(item, answer, now)

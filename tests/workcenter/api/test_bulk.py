@@ -86,7 +86,8 @@ def test_retry_preview_rows_are_the_single_retry_preview_of_each_item_and_write_
     assert w["new_action"] and w["reset_action_ids"] == [] and "answer" in w["message"]
     assert rows["no-such-item"] == {"id": "no-such-item", "title": None, "status": None, "revision": None,
                                     "state_token": None, "allowed": False, "code": "not_found", "message": rows["no-such-item"]["message"],
-                                    "reset_stage_ids": [], "reset_action_ids": [], "new_action": False, "stops": []}
+                                    "reset_stage_ids": [], "reset_action_ids": [], "new_action": False, "stops": [],
+                                    "waiting_stages": []}
     assert rows[ready]["code"] == "invalid_state" and not rows[ready]["allowed"]
     assert "ready" in rows[ready]["message"]
 
@@ -148,6 +149,61 @@ def test_bulk_retry_gives_waiting_items_the_answer_and_refuses_them_without_one(
     # the needs_attention item was not given the answer: it asked nothing
     target = Action.objects.get(pk=WorkItem.objects.get(pk=other).current_action_id)
     assert target.context[-1].get("answer") is None
+
+
+def _waiting_graph(api, store, title="Two questions"):
+    """waiting: stages a and b each asked a question."""
+    item = make_graph(store, [{"id": "a"}, {"id": "b"}, {"id": "c", "deps": ["a", "b"]}], title=title)
+    claims = {}
+    while len(claims) < 2:
+        c = api.claim()
+        claims[c["action"]["stage_id"]] = c
+    api.submit(claims["a"], outcome="waiting", waiting_reason="Which database?")
+    api.submit(claims["b"], outcome="waiting", waiting_reason="Which region?")
+    assert WorkItem.objects.get(pk=item.pk).status == "waiting"
+    return item
+
+
+def test_bulk_retry_preview_lists_each_waiting_stage_and_answers_reach_their_own_stage(api):
+    store = Store(Clock())
+    two = _waiting_graph(api, store).pk
+    one = _waiting_linear(api)
+    broken = _failed_graph(api, store)[0].pk
+    rows = _preview(api, "retry", [two, one, broken])
+    single = api.get(f"/work-items/{two}/retry-preview").json()["waiting_stages"]
+    assert rows[two]["waiting_stages"] == single
+    assert [(w["stage_id"], w["waiting_reason"]) for w in rows[two]["waiting_stages"]] == [
+        ("a", "Which database?"), ("b", "Which region?")]
+    assert [w["waiting_reason"] for w in rows[one]["waiting_stages"]] == ["Which database?"]
+    assert rows[broken]["waiting_stages"] == []
+    by_stage = {w["stage_id"]: w["action_id"] for w in rows[two]["waiting_stages"]}
+    answers = {two: [{"action_id": by_stage["a"], "answer": "PostgreSQL"},
+                     {"action_id": by_stage["b"], "answer": "eu-west"}],
+               one: [{"action_id": rows[one]["waiting_stages"][0]["action_id"], "answer": "SQLite"}]}
+    results = _apply(api, "retry", rows, reason="answered in the weekly", tokens=True, answers=answers)
+    assert all(r["ok"] for r in results.values()), results
+    for stage, text in (("a", "PostgreSQL"), ("b", "eu-west")):
+        action = Action.objects.get(work_item_id=two, stage_id=stage, status="ready")
+        assert action.context[-1]["answer"] == text
+    linear = Action.objects.get(pk=WorkItem.objects.get(pk=one).current_action_id)
+    assert linear.context[-1]["answer"] == "SQLite"
+    retried = Event.objects.filter(work_item_id=two, type="work_item.retried").order_by("id")
+    assert [e.data for e in retried] == [{"target_stage_id": "a", "reason": "answered in the weekly"},
+                                         {"target_stage_id": "b", "reason": "answered in the weekly"}]
+    assert WorkItem.objects.get(pk=broken).status == "ready"  # named by no answers: retried without one
+
+
+def test_bulk_answers_are_checked_before_any_row(api):
+    store = Store(Clock())
+    two = _waiting_graph(api, store).pk
+    rows = _preview(api, "retry", [two])
+    action = rows[two]["waiting_stages"][0]["action_id"]
+    for extra in ({"answers": {two: [{"action_id": action, "answer": "x"}]}, "answer": "y"},
+                  {"answers": {"elsewhere": [{"action_id": action, "answer": "x"}]}},
+                  {"answers": {two: []}}):
+        body = {"operation": "retry", "ids": [two], "reason": "r", "expected_revisions": {two: 1}, **extra}
+        error_of(api.post("/work-items/bulk", body), 422, "invalid_input")
+    assert WorkItem.objects.get(pk=two).status == "waiting"
 
 
 def test_bulk_cancel_records_the_reason_and_stops_the_runs(api):

@@ -85,7 +85,7 @@ def test_answers_for_an_item_that_needs_no_retry_is_409(api):
     body = error_of(api.post(f"/work-items/{item['id']}/retry",
                              {"answers": [{"action_id": item["current_action_id"], "answer": "x"}]}),
                     409, "invalid_state")
-    assert "does not need retry" in body["message"]
+    assert "only an item that is waiting or needs attention can be retried" in body["message"]
 
 
 def test_preview_lists_the_waiting_stages_and_previews_an_answers_retry(api, two_waiting):

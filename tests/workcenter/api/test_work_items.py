@@ -334,7 +334,7 @@ def test_retry_of_waiting_item_needs_an_answer(api):
 def test_retry_of_ready_item_is_409(api):
     item = api.create()
     body = error_of(api.post(f"/work-items/{item['id']}/retry", {"answer": "x"}), 409, "invalid_state")
-    assert "does not need retry" in body["message"]
+    assert "only an item that is waiting or needs attention can be retried" in body["message"]
 
 
 def test_retry_preview_of_a_linear_item(api):
@@ -358,7 +358,7 @@ def test_retry_preview_of_a_linear_item(api):
 def test_retry_preview_when_retry_is_not_allowed_is_409(api):
     item = api.create()
     body = error_of(api.get(f"/work-items/{item['id']}/retry-preview"), 409, "invalid_state")
-    assert "does not need retry" in body["message"]
+    assert "only an item that is waiting or needs attention can be retried" in body["message"]
 
 
 # --- events ------------------------------------------------------------------------------------

@@ -310,4 +310,4 @@ def test_work_item_retry_wrong_status(store, status):
     WorkItem.objects.filter(pk=item.pk).update(status=status)
     with pytest.raises(InvalidState) as exc:
         services.work_item_retry(item_id=item.pk, now=store.now())
-    assert "does not need retry" in str(exc.value)
+    assert "only an item that is waiting or needs attention can be retried" in str(exc.value)
