@@ -77,7 +77,8 @@ function currentStage(item) {
   const status = asks ? "waiting" : a.status;
   return h("span", { class: "stage-cell", title: asks ? `${a.stage_id}: its run ended by asking; the item waits for your answer` : null },
     h("span", { class: "dot", dataset: { status }, "aria-hidden": "true" }),
-    a.stage_id, h("span", { class: "muted stage-status" }, `· ${STATUS_LABEL[status] || status}`));
+    h("span", { class: "stage-name", title: asks ? null : a.stage_id }, a.stage_id),
+    h("span", { class: "muted stage-status" }, h("span", { class: "stage-sep" }, "· "), STATUS_LABEL[status] || status));
 }
 
 /** A "needs me" row says what it waits for: the waiting stage and the start of its question, or
@@ -103,7 +104,7 @@ function rowCells(item) {
     h("td", { class: "col-title" },
       h("div", { class: "title-line" },
         h("a", { href: `/work-items/${encodeURIComponent(item.id)}/`, title: `${item.title}\n${item.goal}` }, item.title),
-        item.work_item_type ? h("span", { class: "tag" }, item.work_item_type) : null),
+        item.work_item_type ? h("span", { class: "tag", title: item.work_item_type }, item.work_item_type) : null),
       attentionLine(item)),
     h("td", { class: "col-stage" }, currentStage(item)),
     h("td", { class: "col-progress" }, progress(item)),
