@@ -36,6 +36,33 @@ def _names_a_redis_database(module) -> bool:
     return any(isinstance(value, str) and value.startswith("redis://") for value in vars(module).values())
 
 
+def _flush_again_after_a_deadlock() -> None:
+    """A transactional test ends by emptying the tables (one TRUNCATE of them all). On PostgreSQL a
+    server process the test started may still be reading them, holding one table and waiting for
+    another: PostgreSQL then ends one of the two as a deadlock, and when it ends the TRUNCATE the
+    next test starts on rows left over. The TRUNCATE is tried again once that read is gone."""
+    import time
+
+    from django.db import OperationalError
+    from django.db.backends.base.operations import BaseDatabaseOperations
+
+    flush = BaseDatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self, sql_list):
+        for attempt in range(5):
+            try:
+                return flush(self, sql_list)
+            except OperationalError as exc:
+                if "deadlock detected" not in str(exc) or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+    BaseDatabaseOperations.execute_sql_flush = execute_sql_flush
+
+
+_flush_again_after_a_deadlock()
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
     modules = sorted({item.path for item in items if item.path.relative_to(TESTS).parts[0] == "browser"})

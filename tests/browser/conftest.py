@@ -25,7 +25,7 @@ from workcenter.auth import api_token_create
 from tests.conftest import Clock, Store, make_graph
 from tests.live import ROOT
 
-from .live import CHROMIUM, CHROMIUM_ARGS, LiveServer, redis_layer
+from .live import CHROMIUM, CHROMIUM_ARGS, LiveServer, WAIT_MS, redis_layer
 
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 PASSWORD = "browser-test-password"
@@ -125,7 +125,7 @@ def page(browser, daphne_server, lead):
     or raised a script error."""
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     pg = context.new_page()
-    pg.set_default_timeout(10_000)
+    pg.set_default_timeout(WAIT_MS)
     foreign: list[str] = []
     errors: list[str] = []
     pg.on("request", lambda r: foreign.append(r.url)
@@ -149,7 +149,7 @@ def screenshot(page, name: str) -> Path:
     return path
 
 
-def wait_for_js(page, expression: str, arg=None, timeout: float = 10_000) -> None:
+def wait_for_js(page, expression: str, arg=None, timeout: float = WAIT_MS) -> None:
     """`page.wait_for_function` without its in-page `eval`, which the pages' Content-Security-Policy
     (no 'unsafe-eval') refuses: polls `page.evaluate`, a DevTools call that no page policy governs.
     `expression` is a JS expression, or a function of `arg`."""
@@ -160,7 +160,7 @@ def wait_for_js(page, expression: str, arg=None, timeout: float = 10_000) -> Non
         page.wait_for_timeout(50)
 
 
-def wait_until(page, condition, timeout: float = 10_000) -> None:
+def wait_until(page, condition, timeout: float = WAIT_MS) -> None:
     """Wait until `condition()` (Python) is true, the page's events (its websocket frames, a tap's
     messages) flowing meanwhile."""
     deadline = time.monotonic() + timeout / 1000
@@ -185,7 +185,7 @@ def perf(page, name: str) -> dict | None:
         return e ? {start: e.startTime, duration: e.duration, detail: e.detail} : null; }""", name)
 
 
-def wait_perf(page, name: str, condition: str = "true", timeout: float = 10_000) -> dict:
+def wait_perf(page, name: str, condition: str = "true", timeout: float = WAIT_MS) -> dict:
     """Wait until the entry `name` exists and `condition` (a JS expression of the entry `e`) holds;
     returns it as `perf` does."""
     wait_for_js(page, f"(name) => {{ const e = performance.getEntriesByName(name).at(-1); return !!e && ({condition}); }}",

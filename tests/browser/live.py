@@ -19,6 +19,10 @@ from tests.live import redis_db_url
 # one page's groups never receive another process's events.
 _REDIS_DBS = (11, 10, 8, 7, 4, 1)
 _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+# How long a browser test waits for the page to show what it expects: an upper bound, never a
+# figure (beside a CPU hog and other runs a retry's round trip was seen taking over 10 s).
+WAIT_MS = 30_000
+
 REDIS_URL = os.environ.get("WORKCENTER_BROWSER_REDIS_URL",
                            redis_db_url(_REDIS_DBS[_WORKER % len(_REDIS_DBS)]))
 CHROMIUM = os.environ.get("WORKCENTER_CHROMIUM", "/usr/bin/chromium")

@@ -10,6 +10,7 @@ from workcenter import services
 from workcenter.models import Action
 
 from .conftest import StreamTap, ThreadedStore, perf, screenshot, wait_for_js, wait_live, wait_perf
+from .live import WAIT_MS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -56,7 +57,7 @@ def test_list_shows_an_item_created_through_the_api_without_reload(page, daphne_
     assert status == 201
     # then its row slides in at the top, on the same document
     row = page.locator(f'#items tr[data-id="{body["id"]}"]')
-    row.wait_for(timeout=5000)
+    row.wait_for(timeout=WAIT_MS)
     assert page.evaluate("window.__sameDocument") is True
     assert page.locator("#items tr").first.get_attribute("data-id") == body["id"]
     assert "Arrived live" in row.inner_text()
@@ -113,7 +114,7 @@ def test_a_claim_turns_its_node_running_within_a_second(page, daphne_server, sto
     claim = bg(services.action_claim, owner_boot_id="boot-browser-1", lease_ms=60_000)
     t0 = time.monotonic()
     stage = claim.action.effective_stage_id
-    page.wait_for_selector(f'#graph g.node[data-stage="{stage}"][data-status="running"]', timeout=5000)
+    page.wait_for_selector(f'#graph g.node[data-stage="{stage}"][data-status="running"]', timeout=WAIT_MS)
     elapsed = time.monotonic() - t0
     print(f"\nclaim → running node on screen: {elapsed * 1000:.0f} ms")
     assert elapsed < 1.0
@@ -213,7 +214,7 @@ def test_an_admin_action_reset_shows_on_the_graph_without_reload(page, daphne_se
     assert "on-path" in node(page, "survey").get_attribute("class")
     page.evaluate("window.__sameDocument = true")
     bg(services.action_reset, action_id=claim.action.pk, reason="tool installed", actor="admin:root")
-    page.wait_for_selector('#graph g.node[data-stage="survey"][data-status="ready"]', timeout=5000)
+    page.wait_for_selector('#graph g.node[data-stage="survey"][data-status="ready"]', timeout=WAIT_MS)
     assert page.evaluate("window.__sameDocument") is True
     assert "on-path" not in (node(page, "survey").get_attribute("class") or "")
     page.wait_for_selector('#events li[data-type="action.reset"]')
@@ -236,7 +237,7 @@ def test_an_admin_resets_a_stuck_action_in_django_admin_and_the_graph_shows_it(p
     admin_ctx = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
         admin = admin_ctx.new_page()
-        admin.set_default_timeout(10_000)
+        admin.set_default_timeout(WAIT_MS)
         admin.goto(f"{daphne_server.url}/admin/login/?next=/admin/workcenter/action/{claim.action.pk}/change/")
         admin.fill("#id_username", "root")
         admin.fill("#id_password", PASSWORD)
@@ -332,7 +333,7 @@ def test_the_graph_stays_smooth_under_50_events_per_second(page, daphne_server, 
 
     # then every completed stage is shown completed, in place, and no frame was blocked for long
     for stage in done[-5:] + done[:5]:
-        page.wait_for_selector(f'#graph g.node[data-stage="{stage}"][data-status="completed"]', timeout=5000)
+        page.wait_for_selector(f'#graph g.node[data-stage="{stage}"][data-status="completed"]', timeout=WAIT_MS)
     statuses = node_statuses(page)
     assert all(statuses[s] == "completed" for s in done)
     long_tasks = page.evaluate("window.__longTasks")

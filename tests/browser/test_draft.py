@@ -8,6 +8,7 @@ from django.contrib.auth.models import Permission, User
 from tests.conftest import Clock, Store
 
 from .conftest import PASSWORD, screenshot, wait_for_js, wait_live
+from .live import WAIT_MS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -83,7 +84,7 @@ def test_a_view_only_user_sees_no_start_button(browser, daphne_server, bg, store
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     try:
         pg = context.new_page()
-        pg.set_default_timeout(10_000)
+        pg.set_default_timeout(WAIT_MS)
         problems = watch_console(pg)
         pg.goto(f"{daphne_server.url}/accounts/login/")
         pg.fill("#id_username", "viewer")

@@ -12,6 +12,7 @@ from workcenter.models import Event, WorkItem
 
 from .conftest import screenshot, wait_for_js, wait_live
 from .timing import box, console_errors
+from .live import WAIT_MS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -109,7 +110,7 @@ def test_a_stage_a_plan_just_created_gets_its_chip_without_reload(page, daphne_s
     ev = bg(lambda: Event.objects.get(type="run.claimed", run_id=claim.run.pk).pk)
     row(page, ev).wait_for()
     chip = row(page, ev).locator(".event-stage")
-    chip.wait_for(timeout=5000)
+    chip.wait_for(timeout=WAIT_MS)
     assert chip.inner_text() == "a"
     assert page.evaluate("window.__sameDocument") is True
     assert page.locator("#events li.event[data-pending-stage]").count() == 0

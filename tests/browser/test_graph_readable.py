@@ -16,6 +16,7 @@ from workcenter.models import Run
 from .conftest import screenshot, wait_for_js, wait_live
 from .conftest import ThreadedStore
 from .timing import TimedStore, format_duration, ms_between
+from .live import WAIT_MS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -228,6 +229,6 @@ def test_a_running_node_without_heartbeat_says_so(page, daphne_server, store, bg
     # (a renewal writes no event: the page reads it with the graph's next read)
     page.reload()
     page.wait_for_selector('#graph g.node[data-stage="quiet"]')
-    wait_for_js(page, """() => !document.querySelector('#graph g.node[data-stage="quiet"] .node-hb')""", timeout=5000)
+    wait_for_js(page, """() => !document.querySelector('#graph g.node[data-stage="quiet"] .node-hb')""", timeout=WAIT_MS)
     assert "boot-q" in q.text_content()
     screenshot(page, "graph-heartbeat-1280-light.png")

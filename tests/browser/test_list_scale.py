@@ -13,6 +13,7 @@ from workcenter import services
 from workcenter.models import Event, WorkItem
 
 from .conftest import Frames, ThreadedStore, screenshot, wait_for_js, wait_live, wait_perf, wait_until
+from .live import WAIT_MS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -229,7 +230,7 @@ def test_a_live_change_on_a_page_not_loaded_does_not_move_the_rows_in_view(page,
     # when an item on a page not loaded changes (it now sorts first: the newest change)
     bg(services.work_item_cancel, item_id=old[0].pk, actor="user:lead", reason="moved")
     pill = page.locator("#live-pill")
-    pill.wait_for(state="visible", timeout=5000)
+    pill.wait_for(state="visible", timeout=WAIT_MS)
     page.wait_for_timeout(400)
     # then the rows in view did not move, reorder or duplicate
     assert first_visible() == seen

@@ -11,6 +11,7 @@ from workcenter.models import Action, Run, WorkItem
 
 from .conftest import ThreadedStore, screenshot, wait_for_js
 from .test_needs_me import WAITED_S, open_item, shots
+from .live import WAIT_MS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,7 +55,7 @@ def test_an_open_retry_dialog_says_when_the_item_was_retried_elsewhere(page, dap
     assert status == 200
     # then the dialog says so, before the lead confirms, and there is nothing left to confirm
     wait_for_js(page, "() => /retried elsewhere \\(by lead\\) and is now ready — nothing to retry/"
-                      ".test(document.querySelector('#retry-notice .notice-text').textContent)", timeout=5000)
+                      ".test(document.querySelector('#retry-notice .notice-text').textContent)", timeout=WAIT_MS)
     assert page.locator("#retry-notice").is_visible()
     assert page.locator("#retry-confirm").is_disabled()
     assert page.locator("#retry-preview").inner_text() == "Nothing to retry now."
@@ -63,7 +64,7 @@ def test_an_open_retry_dialog_says_when_the_item_was_retried_elsewhere(page, dap
     shots(page, "stale-retry")
     # the stage fails again: the dialog offers the retry again and says so
     store.submit(store.claim_item(item.pk, stage="compile"), {"outcome": "failed", "error": "flaky network again"})
-    wait_for_js(page, "() => !document.getElementById('retry-confirm').disabled", timeout=5000)
+    wait_for_js(page, "() => !document.getElementById('retry-confirm').disabled", timeout=WAIT_MS)
     assert "the item needs a retry again" in notice(page, "retry").inner_text()
 
 
@@ -127,7 +128,7 @@ def test_a_stage_that_starts_waiting_appears_in_the_open_answer_dialog_and_typed
     # when the running sibling asks too, while the lead is typing
     store.submit(region, {"outcome": "waiting", "waiting_reason": "Which region?"})
     # then its question appears with its own answer box; what the lead typed is untouched
-    boxes.nth(1).wait_for(timeout=5000)
+    boxes.nth(1).wait_for(timeout=WAIT_MS)
     assert boxes.nth(1).get_attribute("data-stage") == "ask-region"
     assert boxes.nth(1).locator(".answer-question").inner_text() == "Which region?"
     assert "ask-region is now waiting too" in notice(page, "retry").inner_text()
@@ -155,7 +156,7 @@ def test_the_edit_dialog_says_when_the_revision_moved_and_keeps_what_the_lead_ty
     # when the goal is changed elsewhere (a contract change: revision 1 → 2)
     status, _ = http_api.call("PATCH", f"/work-items/{item.pk}", {"goal": "The goal from elsewhere"})
     assert status == 200
-    wait_for_js(page, "() => !document.getElementById('edit-notice').hidden", timeout=5000)
+    wait_for_js(page, "() => !document.getElementById('edit-notice').hidden", timeout=WAIT_MS)
     assert notice(page, "edit").inner_text() == "Revision 1 → 2: goal changed by lead."
     # nothing the lead sees is overwritten silently
     assert page.locator("#edit-title-input").input_value() == "My better title"
@@ -189,7 +190,7 @@ def test_the_cancel_dialog_says_when_the_item_was_cancelled_meanwhile(page, daph
     assert page.locator("#cancel-running-line").inner_text() == "No running work will be stopped."
     assert page.locator("#cancel-confirm").is_enabled()
     bg(services.work_item_cancel, item_id=item.pk, actor="user:someone-else")
-    wait_for_js(page, "() => !document.getElementById('cancel-notice').hidden", timeout=5000)
+    wait_for_js(page, "() => !document.getElementById('cancel-notice').hidden", timeout=WAIT_MS)
     assert notice(page, "cancel").inner_text() == "Updated: the item was cancelled meanwhile — nothing to cancel."
     assert page.locator("#cancel-confirm").is_disabled()
     screenshot(page, "stale-cancel-1280-light.png")
@@ -208,7 +209,7 @@ def test_the_cancel_dialog_shows_what_it_stops_and_sends_the_state_it_showed(pag
     assert line.inner_text() == "Running work that will be stopped: build (worker boot-7c1…, epoch 1)."
     # a worker claims the other stage while the dialog is open: the dialog follows and says so
     docs = store.claim_item(item.pk, stage="docs", boot="boot-9e44b010")
-    wait_for_js(page, "() => /docs/.test(document.getElementById('cancel-running-line').textContent)", timeout=5000)
+    wait_for_js(page, "() => /docs/.test(document.getElementById('cancel-running-line').textContent)", timeout=WAIT_MS)
     assert line.inner_text() == ("Running work that will be stopped: build (worker boot-7c1…, epoch 1), "
                                  "docs (worker boot-9e4…, epoch 1).")
     assert notice(page, "cancel").inner_text() == "Updated: the running work to stop changed (below)."

@@ -26,7 +26,8 @@ from workcenter.domain import workflows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-LEASE_MS = 15_000  # generous: a busy machine's daphne restart is far shorter
+LEASE_MS = 40_000  # generous: on a loaded machine a daphne restart took 10 s and more, and a
+# submission is retried for one lease after the store last confirmed the run
 EXECUTOR = "tests.e2e.recording_executor.RecordingExecutor"
 
 
