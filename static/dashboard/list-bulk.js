@@ -2,13 +2,17 @@
 // a dialog that previews every row once (POST /work-items/bulk-preview), then sends the change with
 // the revisions and the state tokens the lead saw (POST /work-items/bulk). A row that changed since
 // the preview (its contract, or its state: a claim, a failure, a retry elsewhere) is refused alone;
-// the dialog says so per row, in words.
-import { api, badge, describeError, h, shortId, showError, wireDialogClose } from "./common.js";
+// the dialog says so per row, in words. A waiting row shows each stage's question with a box for
+// its own answer, sent as the bulk's `answers` ({item: [{action_id, answer}]}), as the item page's
+// Retry dialog does for one item. The buttons read and look like the item page's: "Retry 3 items"
+// (primary), "Cancel 5 items" (the danger red of "Cancel item").
+import { api, badge, describeError, formatDuration, h, shortId, showError, wireDialogClose } from "./common.js";
 
 const VERB = {
-  retry: { title: "Retry", done: "Retried", confirm: "Retry" },
-  cancel: { title: "Cancel", done: "Cancelled", confirm: "Cancel items" },
+  retry: { title: "Retry", done: "Retried", confirm: "Retry", button: "btn-primary" },
+  cancel: { title: "Cancel", done: "Cancelled", confirm: "Cancel", button: "btn-danger" },
 };
+const MAX_ANSWER = 8000;
 
 const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
@@ -23,6 +27,7 @@ function effectText(op, row) {
   const parts = [];
   if (op === "retry") {
     const stages = row.reset_stage_ids || [];
+    if ((row.waiting_stages || []).length) parts.push(`answers ${plural(row.waiting_stages.length, "question")} (below)`);
     if (stages.length) parts.push(`resets ${stages.join(", ")} (${plural(stages.length, "stage")})`);
     else if (row.new_action) parts.push("starts a fresh attempt of its current stage");
     else parts.push("resets nothing");
@@ -117,11 +122,10 @@ export class BulkSelection {
     list.replaceChildren(h("li", { class: "muted" }, "Checking what this would do…"));
     const submit = document.getElementById("bulk-submit");
     submit.textContent = verb.confirm;
+    submit.className = `btn ${verb.button}`;
     submit.hidden = false;
     submit.disabled = true;
     const reason = this.form.elements.namedItem("reason");
-    const answerWrap = document.getElementById("bulk-answer-wrap");
-    answerWrap.hidden = true;
     reason.removeAttribute("aria-invalid");
     document.getElementById("bulk-fields").hidden = false;
     const errorEl = document.getElementById("bulk-error");
@@ -149,12 +153,35 @@ export class BulkSelection {
     document.getElementById("bulk-rows").replaceChildren(...p.rows.map((row) => h("li", {
       class: `bulk-row${row.allowed ? "" : " bulk-row-refused"}`, dataset: { id: row.id, allowed: String(row.allowed) },
     }, badge(row.status), h("span", { class: "bulk-row-title", title: row.title }, row.title),
-    h("span", { class: "bulk-row-effect" }, row.allowed ? effectText(p.operation, row) : `Not possible: ${(row.message || row.code || "").replace(/\.$/, "")}.`))));
-    const waiting = p.operation === "retry" && allowed.some((r) => r.status === "waiting");
-    document.getElementById("bulk-answer-wrap").hidden = !waiting;
+    h("span", { class: "bulk-row-effect" }, row.allowed ? effectText(p.operation, row) : `Not possible: ${(row.message || row.code || "").replace(/\.$/, "")}.`),
+    p.operation === "retry" && row.allowed ? this.answerBoxes(row) : null)));
     const submit = document.getElementById("bulk-submit");
     submit.disabled = !allowed.length;
-    submit.textContent = allowed.length ? `${VERB[p.operation].confirm} ${plural(allowed.length, "item")}` : VERB[p.operation].confirm;
+    const questions = this.questions().length;
+    const verb = VERB[p.operation].confirm;
+    submit.textContent = !allowed.length ? verb
+      : questions ? `Send ${plural(questions, "answer")} & ${verb.toLowerCase()} ${plural(allowed.length, "item")}`
+        : `${verb} ${plural(allowed.length, "item")}`;
+  }
+
+  /** One box per waiting stage of a row: its question, how long it has waited, the answer. */
+  answerBoxes(row) {
+    const waiting = row.waiting_stages || [];
+    if (!waiting.length) return null;
+    return h("div", { class: "bulk-answers answer-list" }, ...waiting.map((w) => {
+      const id = `bulk-answer-${row.id}-${w.action_id}`;
+      const since = w.waiting_since ? `waiting ${formatDuration(Date.now() - Date.parse(w.waiting_since))}` : "";
+      return h("fieldset", { class: "answer", dataset: { item: row.id, actionId: w.action_id, stage: w.stage_id } },
+        h("legend", {}, h("span", { class: "answer-stage" }, w.stage_id), h("span", { class: "answer-since muted" }, since)),
+        h("p", { class: "quote answer-question" }, w.waiting_reason || "(no question given)"),
+        h("label", { for: id }, "Your answer ", h("span", { class: "muted" }, "(required)")),
+        h("textarea", { id, rows: "2", maxlength: String(MAX_ANSWER), dataset: { item: row.id, actionId: w.action_id } }));
+    }));
+  }
+
+  /** The answer boxes of the allowed rows, in order. */
+  questions() {
+    return [...document.querySelectorAll("#bulk-rows .bulk-answers textarea")];
   }
 
   async confirm() {
@@ -162,15 +189,17 @@ export class BulkSelection {
     if (!p) return;
     const errorEl = document.getElementById("bulk-error");
     const reasonEl = this.form.elements.namedItem("reason");
-    const answerEl = this.form.elements.namedItem("answer");
-    const needAnswer = !document.getElementById("bulk-answer-wrap").hidden;
     const reason = reasonEl.value.trim();
-    const answer = answerEl.value.trim();
+    const boxes = this.questions();
+    const missing = boxes.filter((box) => !box.value.trim());
     reasonEl.toggleAttribute("aria-invalid", !reason);
-    answerEl.toggleAttribute("aria-invalid", needAnswer && !answer);
-    if (!reason || (needAnswer && !answer)) {
-      showError(errorEl, `Please give ${[!reason && "a reason", needAnswer && !answer && "the answer for the waiting items"].filter(Boolean).join(" and ")}.`);
-      (!reason ? reasonEl : answerEl).focus();
+    for (const box of boxes) box.toggleAttribute("aria-invalid", missing.includes(box));
+    if (!reason || missing.length) {
+      const stages = missing.map((box) => box.closest("fieldset").dataset.stage);
+      const unanswered = missing.length
+        && `an answer to ${missing.length === 1 ? `the question of ${stages[0]}` : `each question (${missing.length} unanswered)`}`;
+      showError(errorEl, `Please give ${[!reason && "a reason", unanswered].filter(Boolean).join(" and ")}.`);
+      (!reason ? reasonEl : missing[0]).focus();
       return;
     }
     showError(errorEl, "");
@@ -180,7 +209,12 @@ export class BulkSelection {
       expected_revisions: Object.fromEntries(allowed.map((r) => [r.id, r.revision])),
       expected_state_tokens: Object.fromEntries(allowed.map((r) => [r.id, r.state_token])),
     };
-    if (needAnswer) body.answer = answer;
+    if (boxes.length) {
+      body.answers = {};
+      for (const box of boxes) {
+        (body.answers[box.dataset.item] ||= []).push({ action_id: box.dataset.actionId, answer: box.value.trim() });
+      }
+    }
     const submit = document.getElementById("bulk-submit");
     submit.disabled = true;
     let out;
@@ -209,6 +243,7 @@ export class BulkSelection {
     this.onItems(out.results.filter((r) => r.ok && r.work_item).map((r) => r.work_item));
     submit.hidden = true;
     document.getElementById("bulk-fields").hidden = true;
+    for (const box of this.questions()) box.closest(".bulk-answers").hidden = true;
     this.form.reset();
     this.sync();
   }

@@ -73,7 +73,8 @@ def test_bulk_retry_previews_each_row_and_refuses_alone_the_one_changed_meanwhil
     assert text[ready.pk].startswith("Not possible: "), text
     assert page.locator(f'#bulk-rows .bulk-row[data-id="{ready.pk}"]').get_attribute("data-allowed") == "false"
     assert page.locator("#bulk-submit").inner_text() == "Retry 3 items"
-    assert page.locator("#bulk-answer-wrap").is_hidden()  # no row waits for an answer
+    assert "btn-primary" in page.locator("#bulk-submit").get_attribute("class")
+    assert page.locator("#bulk-rows .bulk-answers").count() == 0  # no row waits for an answer
     page.fill("#bulk-reason", "Compiler fixed on the build hosts")
     screenshot(page, "list-bulk-preview.png")
 
@@ -162,3 +163,94 @@ def test_bulk_cancel_refuses_alone_the_row_a_worker_claimed_after_the_preview(pa
     # the request carried the state tokens the preview showed, beside the revisions
     assert set(sent[0]["expected_state_tokens"]) == {a.pk, b.pk}
     assert sent[0]["expected_revisions"] == {a.pk: 1, b.pk: 1}
+
+
+def waiting_graph(store, title, questions):
+    """A graph item whose stages (one per question) each asked a question: waiting."""
+    stages = [{"id": stage, "type": "research"} for stage in questions] + [
+        {"id": "ship", "deps": list(questions), "type": "deliver"}]
+    item = store.graph(stages, title=title)
+    claims = [store.claim_item(item.pk, stage=stage) for stage in questions]
+    for claim, question in zip(claims, questions.values()):
+        store.submit(claim, {"outcome": "waiting", "waiting_reason": question})
+    assert store.item(item.pk).status == "waiting"
+    return item
+
+
+def test_bulk_retry_shows_each_waiting_stages_question_and_sends_each_answer_to_its_stage(page, daphne_server, store, bg):
+    # given two waiting items — one asks at two stages, one at one — and one that failed
+    two = waiting_graph(store, "Asks twice", {"db": "Which database?", "region": "Which region?"})
+    one = waiting_graph(store, "Asks once", {"licence": "MIT or Apache-2.0?"})
+    broken = failed_item(store, "Failed build E")
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(f"{daphne_server.url}/")
+    page.wait_for_selector(f'#items tr[data-id="{broken.pk}"]')
+    wait_live(page)
+    sent: list = []
+    page.on("request", lambda r: sent.append(r.post_data_json) if r.url.endswith("/work-items/bulk") else None)
+    for item in (two, one, broken):
+        row_box(page, item.pk).check()
+    page.click("#bulk-retry")
+    wait_for_js(page, "document.querySelectorAll('#bulk-rows .bulk-row').length === 3")
+    # then each waiting row shows its stages' questions, each with its own answer box
+    def questions(item):
+        boxes = page.locator(f'#bulk-rows .bulk-row[data-id="{item.pk}"] fieldset.answer')
+        return [(boxes.nth(i).get_attribute("data-stage"), boxes.nth(i).locator(".answer-question").inner_text())
+                for i in range(boxes.count())]
+    assert questions(two) == [("db", "Which database?"), ("region", "Which region?")]
+    assert questions(one) == [("licence", "MIT or Apache-2.0?")]
+    assert questions(broken) == []
+    assert page.locator(f'#bulk-rows .bulk-row[data-id="{two.pk}"] .bulk-row-effect').inner_text().startswith(
+        "answers 2 questions (below)")
+    assert page.locator("#bulk-submit").inner_text() == "Send 3 answers & retry 3 items"
+    # a question left unanswered is named before anything is sent
+    page.fill("#bulk-reason", "Answered in the weekly")
+    box = lambda item, stage: page.locator(f'#bulk-rows fieldset.answer[data-item="{item.pk}"][data-stage="{stage}"] textarea')  # noqa: E731
+    box(two, "db").fill("PostgreSQL")
+    box(one, "licence").fill("Apache-2.0")
+    page.click("#bulk-submit")
+    assert page.locator("#bulk-error").inner_text() == "Please give an answer to the question of region."
+    assert box(two, "region").get_attribute("aria-invalid") is not None
+    assert sent == []
+    box(two, "region").fill("eu-west")
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        screenshot(page, f"list-bulk-answers-1280-{scheme}.png")
+    page.emulate_media(color_scheme="light")
+    page.click("#bulk-submit")
+    wait_for_js(page, "document.querySelectorAll('#bulk-rows .bulk-row[data-result=\"ok\"]').length === 3")
+    # each answer reached its own stage, in one request
+    assert len(sent) == 1
+    answers = {item_id: {a["action_id"]: a["answer"] for a in entries} for item_id, entries in sent[0]["answers"].items()}
+    assert set(answers) == {two.pk, one.pk} and "answer" not in sent[0]
+    given = {}
+    for item in (two, one):
+        for action in store.actions(item.pk):
+            if action.status == "ready" and action.context and action.context[-1].get("answer"):
+                given[(item.pk, action.stage_id)] = action.context[-1]["answer"]
+    assert given == {(two.pk, "db"): "PostgreSQL", (two.pk, "region"): "eu-west", (one.pk, "licence"): "Apache-2.0"}
+    assert {store.item(i.pk).status for i in (two, one, broken)} == {"ready"}
+
+
+def test_bulk_cancel_reads_and_looks_like_the_item_pages_cancel(page, daphne_server, store):
+    items = [store.graph([{"id": "survey", "type": "research"}], title=f"To cancel {k}") for k in range(5)]
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"{daphne_server.url}/")
+    page.wait_for_selector(f'#items tr[data-id="{items[-1].pk}"]')
+    for item in items:
+        row_box(page, item.pk).check()
+    page.click("#bulk-cancel")
+    wait_for_js(page, "document.querySelectorAll('#bulk-rows .bulk-row').length === 5")
+    submit = page.locator("#bulk-submit")
+    assert submit.inner_text() == "Cancel 5 items"
+    assert "btn-danger" in submit.get_attribute("class").split() and "btn-primary" not in submit.get_attribute("class")
+    # the danger red: the colour the item page's "Cancel item" button is drawn in (--st-failed)
+    colours = page.evaluate("""() => {
+        const probe = document.createElement('span'); probe.style.color = 'var(--st-failed)'; document.body.append(probe);
+        const red = getComputedStyle(probe).color; probe.remove();
+        return [getComputedStyle(document.querySelector('#bulk-submit')).backgroundColor, red];
+    }""")
+    assert colours[0] == colours[1], colours
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        screenshot(page, f"list-bulk-cancel-1280-{scheme}.png")
