@@ -82,14 +82,15 @@ def when_short(value: datetime | None):
     return format_html('<time datetime="{}" title="{}">{}</time>', clock.iso_ms(value), when(value), text)
 
 
-def age(seconds: float) -> str:
-    """A duration in words a repair can act on: "42 s", "3 min 5 s", "2 h 4 min"."""
+def age(seconds: float, *, brief: bool = False) -> str:
+    """A duration in words a repair can act on: "42 s", "3 min 5 s", "2 h 4 min"; `brief` (a list
+    cell): "42 s", "3 min", "2 h"."""
     s = max(0, round(seconds))
     if s < 60:
         return f"{s} s"
     if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {s % 3600 // 60} min"
+        return f"{s // 60} min" if brief else f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h" if brief else f"{s // 3600} h {s % 3600 // 60} min"
 
 
 # --- leases: the rule of the Workers page (workcenter/worker_figures.py) --------------------------
@@ -117,6 +118,11 @@ def lease_words(run: Run, now: datetime) -> str:
     left = (run.expires_at - now).total_seconds()
     words = f"live, {age(left)} left" if left > 0 else f"expired {age(-left)} ago"
     return words + (", not renewing" if left > 0 and lease_not_renewing(run, now) else "")
+
+
+# The admin's own navigation sidebar is off: it repeats the index page and takes 300 px of a 1280 px
+# screen from the lists, whose rows then wrap (the runs list needs every column a repair reads).
+admin.site.enable_nav_sidebar = False
 
 
 # --- filters ---------------------------------------------------------------------------------------
@@ -522,8 +528,7 @@ class ActionAdmin(ReadOnlyAdmin):
 class RunAdmin(ReadOnlyAdmin):
     # what a repair needs, one line per run at 1280 px (admin.css keeps the cells on one line and
     # shortens long titles; the full values are on hover and on the change page)
-    list_display = ("short_id", "item", "action_link", "badge", "worker", "epoch", "renewal", "lease", "started",
-                    "ended")
+    list_display = ("short_id", "item", "action_link", "badge", "worker", "epoch", "renewal", "started", "ended")
     list_display_links = ("short_id",)
     list_filter = ("status", LeaseFilter, ItemExecutionModeFilter, "action__workspace_mode",
                    "work_item__workspace_key", "action__type")
@@ -553,18 +558,18 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="last renewal", ordering="renewed_at")
     def renewal(self, obj):
+        """How long ago a running run's lease was renewed, flagged "not renewing" past half its
+        length and "lease expired" past its end (the list's two lease filters); the lease's end
+        on hover."""
         if obj.status != RunStatus.RUNNING:
             return "—"
-        ago = f"{age((clock.now() - lease_renewed(obj)).total_seconds())} ago"
-        if lease_not_renewing(obj, clock.now()):
-            return format_html('{} <span class="wc-flag">not renewing</span>', ago)
-        return ago
-
-    @admin.display(description="lease", ordering="expires_at")
-    def lease(self, obj):
         now = clock.now()
-        words = lease_words(obj, now)
-        return format_html('<span class="wc-flag">{}</span>', words) if lease_expired(obj, now) else words
+        ago = f"{age((now - lease_renewed(obj)).total_seconds(), brief=True)} ago"
+        flag = "lease expired" if lease_expired(obj, now) else "not renewing" if lease_not_renewing(obj, now) else ""
+        tip = lease_words(obj, now)
+        if flag:
+            return format_html('<span title="{}">{} <span class="wc-flag">{}</span></span>', tip, ago, flag)
+        return format_html('<span title="{}">{}</span>', tip, ago)
 
     @admin.display(description="started", ordering="started_at")
     def started(self, obj):

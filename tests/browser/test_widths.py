@@ -7,9 +7,11 @@ from datetime import timedelta
 
 import pytest
 
+from django.contrib.auth.models import User
+
 from workcenter.models import WorkItem
 
-from .conftest import ThreadedStore, screenshot, wait_live
+from .conftest import PASSWORD, ThreadedStore, screenshot, wait_live
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -95,3 +97,51 @@ def test_workers_page_fits(page, daphne_server, rows, width, scheme):
     print(width, scheme, fit)
     assert fit["table"] <= fit["page"] and fit["scroll"] <= fit["page"], fit
     assert page.evaluate(CLIPPED, "table.workers th, table.workers td, table.workers td *") == []
+
+
+@pytest.fixture
+def admin_page(browser, daphne_server, transactional_db):
+    User.objects.create_superuser("root", "root@example.com", PASSWORD)
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    pg = context.new_page()
+    pg.set_default_timeout(10_000)
+    pg.goto(f"{daphne_server.url}/admin/login/")
+    pg.fill("#id_username", "root")
+    pg.fill("#id_password", PASSWORD)
+    pg.click("input[type=submit]")
+    pg.wait_for_url(f"{daphne_server.url}/admin/")
+    yield pg
+    context.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_admin_runs_list_fits_1280_one_line_a_run(admin_page, daphne_server, rows, scheme):
+    page = admin_page
+    page.emulate_media(color_scheme=scheme)
+    page.goto(f"{daphne_server.url}/admin/workcenter/run/")
+    page.wait_for_selector("#result_list tbody tr")
+    fit = page.evaluate("""() => {
+        const rows = [...document.querySelectorAll('#result_list tbody tr')].map(r => r.getBoundingClientRect().height);
+        const cells = [...document.querySelectorAll('#result_list tbody td, #result_list tbody th')];
+        const line = parseFloat(getComputedStyle(cells[0]).lineHeight) || 16;
+        const box = document.querySelector('.results') || document.querySelector('#result_list');
+        return {rows, line, right: document.querySelector('#result_list').getBoundingClientRect().right,
+                box: box.getBoundingClientRect().right, boxScroll: box.scrollWidth - box.clientWidth,
+                page: document.documentElement.clientWidth, scroll: document.documentElement.scrollWidth,
+                headers: [...document.querySelectorAll('#result_list thead th')].map(th => th.textContent.trim())};
+    }""")
+    print(scheme, fit)
+    screenshot(page, f"admin-runs-1280-{scheme}.png")
+    # started/ended on screen: neither the page nor the results box scrolls sideways
+    assert fit["scroll"] <= fit["page"] and fit["right"] <= fit["box"] + 1 and fit["boxScroll"] <= 1, fit
+    assert max(fit["rows"]) < 2.5 * fit["line"] + 16, fit  # one line a run (was 4-5)
+    assert {"work item", "stage", "worker", "epoch", "last renewal", "started", "ended"} <= {
+        h.lower() for h in fit["headers"]}
+    # the Release confirmation names what it acts on
+    page.check("#result_list tbody tr:first-child input.action-select")
+    page.select_option("select[name=action]", "release_runs")
+    page.click("button[name=index]")
+    page.wait_for_selector("table.repair-objects")
+    text = page.inner_text("table.repair-objects")
+    screenshot(page, f"admin-release-confirm-{scheme}.png")
+    assert all(w in text.lower() for w in ("work item", "lease epoch", "last renewal", " s ago", "boot-")), text
