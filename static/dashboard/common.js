@@ -3,11 +3,11 @@
 export const STATUS_LABEL = {
   draft: "draft", ready: "ready", running: "running", waiting: "waiting", needs_attention: "needs attention",
   done: "done", cancelled: "cancelled", completed: "completed", failed: "failed", superseded: "superseded",
-  interrupted: "interrupted", retryable: "retryable",
+  interrupted: "interrupted", retryable: "retryable", changes_requested: "changes requested",
 };
 export const STATUS_ICON = {
   draft: "○", ready: "○", running: "▶", waiting: "?", needs_attention: "!", failed: "✕",
-  done: "✓", completed: "✓", cancelled: "–", superseded: "–", interrupted: "‖", retryable: "↻",
+  done: "✓", completed: "✓", cancelled: "–", superseded: "–", interrupted: "‖", retryable: "↻", changes_requested: "↺",
 };
 
 export function readConfig() {

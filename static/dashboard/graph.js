@@ -31,6 +31,9 @@ const RING_R = 7;
 const RING_C = 2 * Math.PI * RING_R;
 const MODE_MARK = { shared: "shared", read: "read", "isolated-write": "isolated", integrate: "integrate" };
 const HIGHLIGHT = new Set(["failed", "waiting"]);
+const SINCE = HIGHLIGHT; // the statuses whose node counts the time since they began
+const LABEL = STATUS_LABEL;
+const ICON = STATUS_ICON;
 const LOOP_ROOM = 40; // room above (or beside) the stages for the back-edges of review loops
 const MINIMAP_W = 200;
 const MINIMAP_H = 130;
@@ -265,7 +268,7 @@ export class GraphView {
     this.container = container;
     this.onSelect = onSelect;
     this.onOpen = onOpen;
-    this.nodes = new Map(); // key -> {data, el, x, y, sig, collapsed}
+    this.nodes = new Map(); // stage id -> {data, el, x, y, sig}
     this.edges = new Map(); // "a->b" -> {el, source, target}
     this.structure = "";
     this.mode = "graph";
@@ -283,11 +286,15 @@ export class GraphView {
     this.svg = svgEl("svg", { class: "graph-svg", role: "img", "aria-label": "Stage graph" });
     const defs = svgEl("defs");
     defs.innerHTML = '<marker id="wc-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" class="arrow-head"/></marker>'
-      + '<marker id="wc-arrow-hl" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" class="arrow-head-hl"/></marker>';
+      + '<marker id="wc-arrow-failed" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" class="arrow-head-failed"/></marker>'
+      + '<marker id="wc-arrow-waiting" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" class="arrow-head-waiting"/></marker>'
+      + '<marker id="wc-arrow-loop" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" class="arrow-head-loop"/></marker>';
     this.viewport = svgEl("g", { class: "viewport" });
     this.edgeLayer = svgEl("g", { class: "edges" });
+    this.loopLayer = svgEl("g", { class: "loops" });
     this.nodeLayer = svgEl("g", { class: "nodes" });
-    this.viewport.append(this.edgeLayer, this.nodeLayer);
+    this.viewport.append(this.edgeLayer, this.nodeLayer, this.loopLayer);
+    this.loops = [];
     this.svg.append(defs, this.viewport);
     container.append(this.svg);
     this.installMinimap();
@@ -406,6 +413,15 @@ export class GraphView {
       if (!this.layering) this.layering = layering(this.keys, this.pairs);
       layout = fastLayout(this.keys, this.pairs, arg, this.layering);
     }
+    if (this.loops && this.loops.length) {
+      // the back-edges of review loops arch above the stages (beside them when the flow runs down)
+      if (layout.dir === "TB" && !layout.snake) layout.width += LOOP_ROOM;
+      else {
+        for (const p of layout.nodes.values()) p.y += LOOP_ROOM;
+        for (const [k, d] of layout.edges) layout.edges.set(k, d.replace(/(-?[\d.]+),(-?[\d.]+)/g, (m, x, y) => `${x},${f1(Number(y) + LOOP_ROOM)}`));
+        layout.height += LOOP_ROOM;
+      }
+    }
     layout.name = name;
     this.variants.set(name, layout);
     return layout;
@@ -471,7 +487,6 @@ export class GraphView {
       const p = layout.nodes.get(key);
       entry.x = p.x;
       entry.y = p.y;
-      entry.collapsed = this.folded.get(key) || [];
       if (entry.el) {
         entry.el.style.transform = `translate(${p.x}px,${p.y}px)`;
         this.restyle(entry, n);
@@ -541,7 +556,47 @@ export class GraphView {
       entry.el.style.transform = `translate(${p.x}px,${p.y}px)`;
     }
     for (const [key, entry] of this.edges) { const d = layout.edges.get(key); if (d) entry.el.setAttribute("d", d); }
+    this.drawLoops();
     this.minimapDirty = true;
+  }
+
+  /** The review loops: a back-edge from the review to the stage it sent work back to, with the
+   *  number of times it did ("↺ ×2"). Drawn over the nodes, in the review colour. */
+  drawLoops() {
+    const parts = [];
+    const tb = this.variant && this.variant.dir === "TB" && !this.variant.snake;
+    for (const l of this.loops || []) {
+      const a = this.nodes.get(l.source);
+      const b = this.nodes.get(l.target);
+      if (!a || !b) continue;
+      let d;
+      let lx;
+      let ly;
+      if (tb) {
+        const x1 = a.x + NODE_W, y1 = a.y + NODE_H / 2, x2 = b.x + NODE_W, y2 = b.y + NODE_H / 2;
+        const bx = Math.max(x1, x2) + LOOP_ROOM - 4;
+        d = `M${f1(x1)},${f1(y1)}C${f1(bx)},${f1(y1)} ${f1(bx)},${f1(y2)} ${f1(x2)},${f1(y2)}`;
+        lx = x1 + 0.75 * (bx - x1);
+        ly = (y1 + y2) / 2;
+      } else {
+        const x1 = a.x + NODE_W * 0.3, y1 = a.y, x2 = b.x + NODE_W * 0.7, y2 = b.y;
+        const top = Math.min(y1, y2) - LOOP_ROOM + 2;
+        d = `M${f1(x1)},${f1(y1)}C${f1(x1)},${f1(top)} ${f1(x2)},${f1(top)} ${f1(x2)},${f1(y2)}`;
+        lx = (x1 + x2) / 2;
+        ly = 0.125 * y1 + 0.75 * top + 0.125 * y2;
+      }
+      const text = `↺ ×${l.count}`;
+      const w = 16 + text.length * 7.5;
+      const source = this.nodes.get(l.source).data?.name || l.source;
+      const target = this.nodes.get(l.target).data?.name || l.target;
+      const tip = `${source} requested changes ${l.count} time${l.count === 1 ? "" : "s"}: the work went back to ${target}`;
+      parts.push(`<g class="loop" data-source="${esc(l.source)}" data-target="${esc(l.target)}" data-count="${l.count}" role="img" aria-label="${esc(tip)}">`
+        + `<title>${esc(tip)}</title><path class="loop-edge" marker-end="url(#wc-arrow-loop)" d="${d}"/>`
+        + `<g class="loop-label" transform="translate(${f1(lx - w / 2)},${f1(ly - 10)})"><rect width="${f1(w)}" height="20" rx="10"/>`
+        + `<text x="${f1(w / 2)}" y="14.5" text-anchor="middle">${esc(text)}</text></g></g>`);
+    }
+    const html = parts.join("");
+    if (this.loopsDrawn !== html) { this.loopLayer.innerHTML = html; this.loopsDrawn = html; }
   }
 
   // --- nodes -----------------------------------------------------------------------------------
@@ -552,7 +607,7 @@ export class GraphView {
     return [n.id, n.status, n.name, n.type, n.attempt, n.max_attempts, n.workspace_mode,
       lease ? `${lease.owner_boot_id}|${lease.lease_epoch}|${lease.expires_at}|${lease.renewed_at}` : "",
       run ? `${run.id}|${run.status}|${run.started_at}|${run.ended_at}` : "",
-      (n.blocked_by || []).join("|"), (entry.collapsed || []).length].join("§");
+      (n.blocked_by || []).join("|"), n.attempts, n.since, n.loop_back, n.action_status].join("§");
   }
 
   /** The lease's liveness: {stale, silentMs, remaining, span}, or null without a lease. */
@@ -574,18 +629,23 @@ export class GraphView {
     return null;
   }
 
+  /** The time a node shows: how long a waiting or failed stage has waited or been failed (from
+   *  the end of the run that asked or failed, live), else its current or last run's length. */
   durationText(n, now = Date.now()) {
+    if (SINCE.has(n.status) && n.since != null) return formatDuration(Math.max(0, now - n.since));
     return n.run && n.run.started_at ? formatDuration(runDurationMs(n.run, now)) : "";
   }
 
   nodeInner(entry, n, now) {
     const lease = n.lease;
     const live = this.liveness(lease, now);
-    const label = STATUS_LABEL[n.status] || n.status;
+    const label = LABEL[n.status] || n.status;
     const attempt = `${n.attempt}/${n.max_attempts}`;
     const mode = MODE_MARK[n.workspace_mode] || n.workspace_mode;
-    const folded = entry.collapsed || [];
+    const attempts = n.attempts || 0;
+    const since = SINCE.has(n.status) && n.since != null;
     const tip = [`${n.name} (${n.type})`, `status: ${label}`, `attempt ${attempt}`, `workspace: ${n.workspace_mode}`];
+    if (since) tip.push(`${n.status === "waiting" ? "waiting since" : "failed at"} ${new Date(n.since).toLocaleTimeString()}`);
     if (n.run) {
       tip.push(`${n.run.ended_at ? "last run" : "running for"}: ${formatDuration(runDurationMs(n.run, now))}`
         + ` (started ${new Date(n.run.started_at).toLocaleTimeString()}${n.run.ended_at ? `, ended ${new Date(n.run.ended_at).toLocaleTimeString()}` : ""})`);
@@ -594,7 +654,8 @@ export class GraphView {
       tip.push(`lease: worker ${lease.owner_boot_id}, epoch ${lease.lease_epoch}, expires ${new Date(lease.expires_at).toLocaleTimeString()}`
         + `, renewed ${new Date(lease.renewed_at).toLocaleTimeString()}`);
     }
-    if (folded.length) tip.push(`${folded.length} superseded attempt${folded.length > 1 ? "s" : ""} before this one`);
+    if (attempts > 1) tip.push(`${attempts} attempts (runs) of this stage: open it to see each`);
+    if (n.loop_back) tip.push(`requested changes ${n.loop_back} time${n.loop_back === 1 ? "" : "s"}`);
     if ((n.blocked_by || []).length) tip.push("blocked by:", ...n.blocked_by.map((b) => `• ${b}`));
     const right = [];
     let used = 0;
@@ -603,10 +664,12 @@ export class GraphView {
         + `<circle class="ring-fg" r="${RING_R}" stroke-dasharray="${RING_C.toFixed(2)}" stroke-dashoffset="${(RING_C * (1 - Math.min(1, live.remaining / live.span))).toFixed(2)}" transform="rotate(-90)"/></g>`);
       used += 30;
     }
-    if (folded.length) {
-      const w = 34;
-      right.push(` <g class="node-badge" transform="translate(${NODE_W - 10 - used - w},6)"><rect width="${w}" height="20" rx="10"/>`
-        + `<text x="${w / 2}" y="15" text-anchor="middle">↻${folded.length}</text></g>`);
+    if (attempts > 1) {
+      // every attempt of the stage (failed, interrupted, superseded, retried, re-run after a review)
+      const text = `×${attempts}`;
+      const w = 14 + 8 * text.length;
+      right.push(` <g class="node-badge" transform="translate(${NODE_W - 10 - used - w},6)" data-attempts="${attempts}"><rect width="${w}" height="20" rx="10"/>`
+        + `<text x="${w / 2}" y="15" text-anchor="middle" aria-label="${attempts} attempts">${text}</text></g>`);
       used += w + 6;
     }
     const nameChars = Math.floor((NODE_W - 24 - used) / 8.6);
@@ -618,8 +681,8 @@ export class GraphView {
       + `<text class="node-name" x="14" y="22">${esc(clip(n.name, nameChars))}</text>`
       // the lines are parted by a space, undrawn, so their text reads as words (the accessible name, speak)
       + ` <text class="node-sub" x="14" y="39">${esc(clip(n.type, 12))} · ${attempt} · <tspan class="mode" data-mode="${esc(n.workspace_mode)}">${esc(mode)}</tspan></text>`
-      + ` <text class="node-status" x="14" y="56">${esc(STATUS_ICON[n.status] || "•")} ${esc(label)}`
-      + `${dur ? ` · <tspan class="node-dur">${esc(dur)}</tspan>` : ""}</text>`
+      + ` <text class="node-status" x="14" y="56">${esc(ICON[n.status] || "•")} ${esc(label)}`
+      + `${dur ? ` · ${since && n.status === "waiting" ? "for " : ""}<tspan class="node-dur">${esc(dur)}</tspan>${since && n.status === "failed" ? " ago" : ""}` : ""}</text>`
       + (extra ? ` <text class="${extra.cls}" x="14" y="72">${esc(extra.text)}</text>` : "")
       + right.join("");
   }
@@ -630,7 +693,7 @@ export class GraphView {
     if ((n.blocked_by || []).length) cls.push("blocked");
     if (live && live.remaining === 0) cls.push("lease-expired");
     if (live && live.stale) cls.push("hb-stale");
-    if ((entry.collapsed || []).length) cls.push("folded");
+    if ((n.attempts || 0) > 1) cls.push("folded");
     return cls;
   }
 
@@ -646,7 +709,7 @@ export class GraphView {
     const cls = this.nodeClasses(entry, n, now);
     if (entering) cls.push("entering");
     return `<g class="${cls.join(" ")}" data-key="${esc(entry.key)}" data-status="${esc(n.status)}" data-id="${esc(n.id)}"`
-      + ` data-stage="${esc(n.stage_id)}" role="button" aria-label="${esc(`${n.name}: ${STATUS_LABEL[n.status] || n.status}`)}"`
+      + ` data-stage="${esc(n.stage_id)}" id="${esc(this.domId(entry.key))}" role="button" aria-label="${esc(`${n.name}: ${LABEL[n.status] || n.status}`)}"`
       + `>${full ? this.nodeInner(entry, n, now) : this.liteInner()}</g>`;
   }
 
@@ -656,7 +719,8 @@ export class GraphView {
     entry.dur = el.querySelector(".node-dur");
     entry.extra = el.querySelector(".node-extra");
     entry.ring = el.querySelector(".ring-fg");
-    entry.live = !!(entry.data && (entry.data.lease || (entry.data.run && !entry.data.run.ended_at)));
+    const d = entry.data;
+    entry.live = !!(d && (d.lease || (d.run && !d.run.ended_at) || (SINCE.has(d.status) && d.since != null)));
     this.speak(entry);
   }
 
@@ -678,12 +742,12 @@ export class GraphView {
     entry.sig = sig;
     const el = entry.el;
     const now = Date.now();
-    const keep = ["on-path", "selected", "outlined", "entering"].filter((c) => el.classList.contains(c));
+    const keep = ["on-path", "path-failed", "path-waiting", "selected", "outlined", "entering"].filter((c) => el.classList.contains(c));
     el.setAttribute("class", [...this.nodeClasses(entry, n, now), ...keep].join(" "));
     el.dataset.status = n.status;
     el.dataset.id = n.id;
     el.dataset.stage = n.stage_id;
-    el.setAttribute("aria-label", `${n.name}: ${STATUS_LABEL[n.status] || n.status}`);
+    el.setAttribute("aria-label", `${n.name}: ${LABEL[n.status] || n.status}`);
     if (entry.full) el.innerHTML = this.nodeInner(entry, n, now);
     this.bindEntry(entry);
     this.minimapDirty = true;
@@ -714,11 +778,14 @@ export class GraphView {
   /**
    * Outline each failed/waiting node and the dependency path that led to it: from the node back to
    * the root, at each step the dependency that finished last (the one it actually waited for; by
-   * sequence when no run ended). Other ancestors and unrelated branches stay plain.
+   * sequence when no run ended). Other ancestors and unrelated branches stay plain. The path has
+   * the colour of the stage it leads to: red to a failure only, amber to a wait.
    */
   highlightPaths() {
-    const onPath = new Set();
-    const edgeOn = new Set();
+    // stage -> "failed" | "waiting": the colour of the path it is on (failure wins where they meet)
+    const onPath = new Map();
+    const edgeOn = new Map();
+    const mark = (map, key, kind) => { if (map.get(key) !== "failed") map.set(key, kind); };
     const finished = (key) => {
       const d = this.nodes.get(key)?.data;
       const t = d && d.run ? Date.parse(d.run.ended_at || d.run.started_at) : NaN;
@@ -726,8 +793,10 @@ export class GraphView {
     };
     for (const [key, entry] of this.nodes) {
       if (!entry.data || !HIGHLIGHT.has(entry.data.status)) continue;
+      const kind = entry.data.status;
       let cur = key;
-      onPath.add(cur);
+      const walked = new Set([cur]);
+      mark(onPath, cur, kind);
       for (;;) {
         const preds = this.pred.get(cur) || [];
         if (!preds.length) break;
@@ -737,22 +806,27 @@ export class GraphView {
           const b = finished(best);
           if (a > b || (a === b && (this.nodes.get(p)?.data?.sequence || 0) > (this.nodes.get(best)?.data?.sequence || 0))) best = p;
         }
-        edgeOn.add(`${best}->${cur}`);
-        if (onPath.has(best)) break;
-        onPath.add(best);
+        mark(edgeOn, `${best}->${cur}`, kind);
+        if (walked.has(best)) break;
+        walked.add(best);
+        mark(onPath, best, kind);
         cur = best;
       }
     }
     for (const [key, entry] of this.nodes) {
-      const on = onPath.has(key);
-      if (entry.el.classList.contains("on-path") !== on) entry.el.classList.toggle("on-path", on);
+      const kind = onPath.get(key) || "";
+      if ((entry.el.dataset.path || "") === kind) continue;
+      entry.el.classList.toggle("on-path", !!kind);
+      entry.el.classList.remove("path-failed", "path-waiting");
+      if (kind) { entry.el.classList.add(`path-${kind}`); entry.el.dataset.path = kind; } else delete entry.el.dataset.path;
     }
     for (const [key, e] of this.edges) {
-      const hl = edgeOn.has(key);
-      if (e.el.classList.contains("on-path") !== hl) {
-        e.el.classList.toggle("on-path", hl);
-        e.el.setAttribute("marker-end", hl ? "url(#wc-arrow-hl)" : "url(#wc-arrow)");
-      }
+      const kind = edgeOn.get(key) || "";
+      if ((e.el.dataset.path || "") === kind) continue;
+      e.el.classList.toggle("on-path", !!kind);
+      e.el.classList.remove("path-failed", "path-waiting");
+      if (kind) { e.el.classList.add(`path-${kind}`); e.el.dataset.path = kind; } else delete e.el.dataset.path;
+      e.el.setAttribute("marker-end", kind ? `url(#wc-arrow-${kind})` : "url(#wc-arrow)");
     }
   }
 
@@ -770,31 +844,35 @@ export class GraphView {
     this.svg.classList.toggle("has-outline", this.outlined.size > 0);
   }
 
+  /** The drawn node (its stage's) of any action of the stage, current or earlier. */
   nodeByActionId(id) {
-    for (const entry of this.nodes.values()) {
-      if (entry.data && entry.data.id === id) return entry.data;
-      for (const f of entry.collapsed || []) if (f.id === id) return f;
+    for (const entry of this.nodes.values()) if (entry.data && entry.data.id === id) return entry.data;
+    for (const s of this.history ? this.history.stages.values() : []) {
+      if (s.actionIds.has(id)) return this.nodes.get(s.stage)?.data || null;
     }
     return null;
   }
 
+  /** The stage's history (item-stages.js): its attempts, oldest first. */
+  stageOf(key) { return this.history ? this.history.stages.get(key) || null : null; }
+
+  domId(key) { return `wc-node-${String(key).replace(/[^\w-]/g, "_")}`; }
+
   // --- selection and keyboard ------------------------------------------------------------------
 
   select(key, { open = false, scroll = true } = {}) {
-    if (key && !this.nodes.has(key)) {
-      // a folded (superseded) attempt: its stage's current node
-      for (const [k, entry] of this.nodes) if ((entry.collapsed || []).some((f) => this.keyOf(f) === key)) { key = k; break; }
-    }
+
     if (this.selected && this.nodes.has(this.selected)) this.nodes.get(this.selected).el.classList.remove("selected");
     this.selected = key && this.nodes.has(key) ? key : null;
     if (this.selected) {
       const entry = this.nodes.get(this.selected);
       entry.el.classList.add("selected");
       if (scroll) this.ensureVisible(entry);
-      this.container.setAttribute("aria-activedescendant", "");
+      this.container.setAttribute("aria-activedescendant", entry.el.id);
       this.onSelect(entry.data);
       if (open) this.onOpen(entry.data);
     } else {
+      this.container.removeAttribute("aria-activedescendant");
       this.onSelect(null);
     }
   }

@@ -4,7 +4,7 @@ import {
   STATUS_LABEL, absTime, api, badge, describeError, formatCount, formatDuration, h, runDurationMs, shortId,
   showError, timeEl,
 } from "./common.js";
-import { $, base, config, graphView, on, refreshAll, refreshers, state } from "./item-core.js";
+import { $, base, config, emit, graphView, on, refreshAll, refreshers, state } from "./item-core.js";
 import { onTick, runsOfNode } from "./item-runs.js";
 
 // the run the timeline opened: its card stays marked across live re-renders until another opens
@@ -39,11 +39,28 @@ function stageRunTime(runs) {
     h("span", { class: "muted" }, ` in ${runs.length} run${runs.length === 1 ? "" : "s"}`));
 }
 
-function runCard(run, number, ownAction) {
+/** Every attempt of the stage, newest first: the same list the graph's "×N" counts and the
+ *  Timeline draws (item-stages.js): outcome, duration, worker, reason and what came after it. */
+function attemptsSection(node, action) {
+  const stage = graphView.stageOf(node.stage_id);
+  const attempts = stage ? [...stage.attempts].reverse() : [];
+  const total = attempts.length;
+  const items = attempts.map((at, i) => (at.run
+    ? runCard(at.run, total - i, at.run.action_id === action.id, at)
+    : h("li", { class: "run attempt attempt-unrun", dataset: { status: at.status, id: at.key } },
+      h("div", { class: "run-head" }, h("span", { class: "run-number" }, `#${total - i}`), badge(at.status),
+        h("span", { class: "muted" }, "never ran")),
+      at.cause ? h("p", { class: "attempt-cause muted" }, `Then ${at.cause}.`) : null)));
+  return section(`Attempts (${total})`, total ? h("ol", { class: "runs attempts", reversed: true }, ...items)
+    : h("p", { class: "muted" }, "No runs yet."));
+}
+
+function runCard(run, number, ownAction, attempt = null) {
+  const status = attempt ? attempt.status : run.status;
   const counters = [["tokens", run.total_tokens], ["tool calls", run.tool_count], ["LLM requests", run.llm_request_count], ["loops", run.loop_count]]
     .filter(([, v]) => v).map(([k, v]) => `${formatCount(v)} ${k}`).join(" · ");
-  return h("li", { class: `run${run.id === markedRun ? " marked" : ""}`, dataset: { status: run.status, id: run.id } },
-    h("div", { class: "run-head" }, h("span", { class: "run-number" }, `#${number}`), badge(run.status), durationEl(run),
+  return h("li", { class: `run attempt${run.id === markedRun ? " marked" : ""}`, dataset: { status, id: run.id } },
+    h("div", { class: "run-head" }, h("span", { class: "run-number" }, `#${number}`), badge(status), durationEl(run),
       h("span", { class: "mono muted run-id", title: run.id }, shortId(run.id))),
     h("dl", { class: "run-times" },
       h("dt", {}, "Started"), h("dd", {}, timeEl(run.started_at)),
@@ -52,11 +69,13 @@ function runCard(run, number, ownAction) {
       ` · epoch ${run.lease_epoch}`, ownAction ? null : h("span", { class: "tag run-earlier", title: "a run of an earlier action of this stage" }, "earlier action")),
     run.summary ? h("p", { class: "run-summary" }, run.summary) : null,
     run.waiting_reason ? h("p", { class: "run-waiting" }, h("strong", {}, "Question: "), run.waiting_reason) : null,
-    run.review_decision ? h("p", {}, h("strong", {}, "Review: "), run.review_decision.replace(/_/g, " ")) : null,
+    run.review_decision ? h("p", { class: "run-review" }, h("strong", {}, "Review: "), run.review_decision === "changes_requested"
+      ? `requested changes${attempt && attempt.target ? ` → ${graphView.nodes.get(attempt.target)?.data?.name || attempt.target}` : ""}` : "approved") : null,
     run.error ? h("p", { class: "run-error" }, h("strong", {}, "Error: "), run.error) : null,
     (run.evidence || []).length ? h("ul", { class: "evidence" }, ...run.evidence.map(evidenceItem)) : null,
     run.response ? h("details", { class: "run-response" }, h("summary", {}, "Response"), h("pre", { class: "live-response", dataset: { run: run.id } }, run.response)) : null,
-    counters ? h("div", { class: "run-counters muted" }, counters) : null);
+    counters ? h("div", { class: "run-counters muted" }, counters) : null,
+    attempt && attempt.cause ? h("p", { class: "attempt-cause muted" }, `Then ${attempt.cause}.`) : null);
 }
 
 function contextEntry(c) {
@@ -127,8 +146,7 @@ function renderPanel(node) {
     action.instruction ? h("details", { class: "panel-section instruction" }, h("summary", {}, "Instruction"), h("pre", {}, action.instruction)) : null,
     (action.context || []).length ? section(`Context (${action.context.length})`, h("ul", { class: "context" }, ...action.context.map(contextEntry))) : null,
     (action.depends_on_stage_ids || []).length ? section("Depends on", h("ul", { class: "deps" }, ...dependencyResults(action))) : null,
-    section(`Runs (${runs.length})`, runs.length ? h("ol", { class: "runs", reversed: true },
-      ...runs.map((r, i) => runCard(r, runs.length - i, r.action_id === action.id))) : h("p", { class: "muted" }, "No runs yet.")),
+    attemptsSection(node, action),
   ];
   // keep a half-typed guidance across live re-renders
   const typed = document.getElementById("guidance-text")?.value;
@@ -151,6 +169,7 @@ function closePanel() {
   $("panel").hidden = true;
   $("workspace").classList.remove("with-panel");
   $("graph").focus({ preventScroll: true });
+  emit("close");
 }
 
 $("panel-close").addEventListener("click", closePanel);

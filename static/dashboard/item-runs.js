@@ -7,6 +7,7 @@
 // panel, the graph's nodes and the timeline agree to the second.
 import { STATUS_LABEL, absTime, formatDuration, h, measureLatest, runDurationMs } from "./common.js";
 import { $, TERMINAL, emit, on, state } from "./item-core.js";
+import { attemptStatus, stageHistory } from "./item-stages.js";
 
 const ms = (iso) => (iso ? Date.parse(iso) : null);
 
@@ -122,15 +123,13 @@ export function itemTimes(detail, now = Date.now()) {
   };
 }
 
-/** Every run of a stage: graph items keep one canonical action per stage, but a contract change
- *  leaves earlier (superseded) actions of the same stage with their runs. Linear items: the
- *  action's own runs (a stage done again is a new node). Newest first. */
+/** Every run of a node's stage, newest first: the runs of the stage's attempts (item-stages.js),
+ *  every action of the stage (a linear item's retries and loops, a graph item's superseded ones). */
 export function runsOfNode(detail, node) {
   if (!detail || !node) return [];
-  if (detail.execution_mode !== "graph") return detail.runs.filter((r) => r.action_id === node.id);
-  const ids = new Set(detail.actions.filter((a) => a.stage_id === node.stage_id).map((a) => a.id));
-  ids.add(node.id);
-  return detail.runs.filter((r) => ids.has(r.action_id));
+  const stage = state.history && state.history.stages.get(node.stage_id);
+  if (!stage) return detail.runs.filter((r) => r.action_id === node.id);
+  return detail.runs.filter((r) => stage.actionIds.has(r.action_id));
 }
 
 // --- the timeline view -----------------------------------------------------------------------------
@@ -156,35 +155,33 @@ function tickLabel(t, step) {
   return `${clockFmt.sec.format(d)}.${String(d.getMilliseconds()).padStart(3, "0")}`;
 }
 
+/** The rows: the graph's stages, in its order, each with the attempts the graph's node counts
+ *  (item-stages.js, one computation for both tabs) and the status the node shows. */
 function stageRows(detail) {
-  // one row per stage, in the order the stages first appear (sequence); the graph's names
-  const rows = new Map();
-  const names = new Map((state.graph?.nodes || []).map((n) => [n.stage_id, n.name]));
-  const actions = [...detail.actions].sort((a, b) => a.sequence - b.sequence);
+  const hist = state.history || (state.graph ? stageHistory(state.graph, detail) : null);
+  const rows = [];
   const stageOf = new Map();
-  for (const a of actions) {
-    stageOf.set(a.id, a.stage_id);
-    if (!rows.has(a.stage_id)) rows.set(a.stage_id, { stage: a.stage_id, name: names.get(a.stage_id) || a.stage_id, status: a.status, runs: [], waits: [] });
-    rows.get(a.stage_id).status = a.status; // the newest action of the stage says where it stands
+  if (!hist) return { rows, stageOf };
+  for (const stage of hist.order) {
+    const s = hist.stages.get(stage);
+    for (const id of s.actionIds) stageOf.set(id, stage);
+    rows.push({ stage, name: s.name, status: s.status, attempts: s.attempts, runs: s.attempts.filter((a) => a.run).map((a) => a.run), waits: [] });
   }
-  for (const n of state.graph?.nodes || []) if (rows.has(n.stage_id) && detail.execution_mode === "graph") rows.get(n.stage_id).status = n.status;
-  for (const r of [...detail.runs].reverse()) { // oldest first within a row
-    const row = rows.get(stageOf.get(r.action_id));
-    if (row && r.started_at) row.runs.push(r);
-  }
-  return { rows: [...rows.values()], stageOf };
+  return { rows, stageOf };
 }
 
 function runLabel(run, index, row, now) {
-  const status = STATUS_LABEL[run.status] || run.status;
+  const status = STATUS_LABEL[attemptStatus(run)] || run.status;
   const end = run.ended_at ? `ended ${absTime(run.ended_at)}` : "still running";
-  return `${row.name}, run ${index + 1}: ${status}, ${formatDuration(runDurationMs(run, now))} (started ${absTime(run.started_at)}, ${end})`;
+  return `${row.name}, attempt ${index + 1} of ${row.attempts.length}: ${status}, ${formatDuration(runDurationMs(run, now))}`
+    + ` (started ${absTime(run.started_at)}, ${end})`;
 }
 
 // what the drawing depends on: a live update that changes none of it keeps the drawn rows
 function signature(detail) {
   const runs = detail.runs.map((r) => `${r.id}:${r.status}:${r.ended_at || ""}`).join(",");
-  const nodes = (state.graph?.nodes || []).map((n) => `${n.stage_id}:${n.name}:${n.status}`).join(",");
+  const hist = state.history ? [...state.history.stages.values()] : [];
+  const nodes = hist.map((st) => `${st.stage}:${st.name}:${st.status}:${st.attempts.length}`).join(",");
   const marks = (detail.events || []).filter((e) => RESUMES.has(e.type) || blocksByEvent(e)).map((e) => e.id).join();
   return `${detail.id}|${detail.status}|${detail.actions.map((a) => `${a.id}:${a.status}`).join(",")}|${runs}|${nodes}|${marks}`;
 }
@@ -216,18 +213,22 @@ function render(force = false) {
       ui.waits.push({ el, s });
       track.append(el);
     }
-    row.runs.forEach((run, i) => {
-      const el = h("button", { type: "button", class: "tl-bar", dataset: { status: run.status, run: run.id, stage: row.stage },
-        "aria-label": runLabel(run, i, row, now) });
+    row.attempts.forEach((at, i) => {
+      if (!at.run) return; // superseded before it ran: counted, nothing to draw
+      const run = at.run;
+      const dur = h("span", { class: "tl-dur", "aria-hidden": "true" });
+      const el = h("button", { type: "button", class: "tl-bar", dataset: { status: at.status, run: run.id, stage: row.stage, attempt: String(i + 1) },
+        "aria-label": runLabel(run, i, row, now) }, dur);
       el.title = el.getAttribute("aria-label");
       el.tabIndex = ui.bars.length ? -1 : 0;
-      ui.bars.push({ el, run, row, i });
+      ui.bars.push({ el, dur, run, row, i });
       track.append(el);
     });
-    frag.append(h("div", { class: "tl-row", role: "listitem", dataset: { stage: row.stage, status: row.status } },
-      h("div", { class: "tl-label", title: `${row.name} — ${STATUS_LABEL[row.status] || row.status}` },
+    const count = row.attempts.length;
+    frag.append(h("div", { class: "tl-row", role: "listitem", dataset: { stage: row.stage, status: row.status, attempts: String(count) } },
+      h("div", { class: "tl-label", title: `${row.name} — ${STATUS_LABEL[row.status] || row.status}${count > 1 ? ` — ${count} attempts` : ""}` },
         h("span", { class: "dot", dataset: { status: row.status }, "aria-hidden": "true" }), h("span", { class: "tl-name" }, row.name),
-        h("span", { class: "tl-count muted" }, row.runs.length ? String(row.runs.length) : "")),
+        h("span", { class: "tl-count muted", "aria-label": count > 1 ? `${count} attempts` : null }, count > 1 ? `×${count}` : "")),
       track));
   }
   body.append(h("div", { class: "tl-grid", "aria-hidden": "true" }), frag);
@@ -238,10 +239,9 @@ function render(force = false) {
     h("button", { type: "button", class: "btn btn-small btn-quiet", dataset: { zoom: "out" }, "aria-label": "Zoom the timeline out" }, "−"),
     h("button", { type: "button", class: "btn btn-small btn-quiet", dataset: { zoom: "in" }, "aria-label": "Zoom the timeline in" }, "+"),
     h("button", { type: "button", class: "btn btn-small btn-quiet", dataset: { zoom: "fit" }, "aria-label": "Fit the whole timeline" }, "Fit"));
+  // the colours' legend is the toolbar's, one for both tabs (it shows the waiting keys here)
   const legend = rows.length ? h("p", { class: "tl-legend muted" }, zoomButtons,
-    h("span", { class: "tl-key", dataset: { key: "waiting" }, "aria-hidden": "true" }), "waiting on an answer ",
-    h("span", { class: "tl-key", dataset: { key: "attention" }, "aria-hidden": "true" }), "waiting on a person after a failure ",
-    h("span", { class: "tl-key", dataset: { key: "interrupted" }, "aria-hidden": "true" }), "interrupted · a bar per run, from its claim to its end; click one to open it") : null;
+    "A bar per attempt, from its claim to its end; click one to open it.") : null;
   // a live redraw keeps the keyboard on the bar it was on
   const active = view.contains(document.activeElement) ? document.activeElement : null;
   view.replaceChildren(...content, ...(legend ? [legend] : []));
@@ -256,22 +256,35 @@ function render(force = false) {
   measureLatest("wc-runs", t0, { rows: rows.length, bars: ui.bars.length }); // the drawing's cost
 }
 
-/** Position every bar, span and tick for the time domain that ends now (or at the item's end). */
+/** Position every bar, span and tick. The time domain fits the runs and the waits on a person
+ *  (a small margin each side), not the item's creation: the first claim to the last end, or now
+ *  while a run runs or the item waits. Only an item with no run yet spans creation → now. */
 function place(now = Date.now()) {
   const detail = state.detail;
   if (!detail || !ui.shown) return;
-  let lo = ms(detail.created_at);
-  let hi = itemEndMs(detail) ?? now;
+  let lo = Infinity;
+  let hi = -Infinity;
   for (const { run } of ui.bars) { const [a, b] = runSpan(run, now); lo = Math.min(lo, a); hi = Math.max(hi, b); }
-  for (const w of ui.waits) { if (w.s.open) w.s.end = Math.max(w.s.start, now); hi = Math.max(hi, w.s.end); }
+  for (const w of ui.waits) { if (w.s.open) w.s.end = Math.max(w.s.start, now); lo = Math.min(lo, w.s.start); hi = Math.max(hi, w.s.end); }
+  if (!Number.isFinite(lo)) { lo = ms(detail.created_at); hi = itemEndMs(detail) ?? now; }
   if (!(hi > lo)) hi = lo + 1000;
+  const margin = (hi - lo) * 0.015;
+  lo -= margin;
+  hi += margin;
   ui.domain = [lo, hi];
   const pct = (t) => `${(((t - lo) / (hi - lo)) * 100).toFixed(4)}%`;
   const wid = (a, b) => `${(((b - a) / (hi - lo)) * 100).toFixed(4)}%`;
-  for (const { el, run, row, i } of ui.bars) {
+  // a duration is written on its bar when it fits there (bars are at least 8 px: clickable)
+  const track = view.querySelector(".tl-track");
+  const trackPx = track ? track.getBoundingClientRect().width : 0;
+  for (const { el, dur, run, row, i } of ui.bars) {
     const [a, b] = runSpan(run, now);
     el.style.left = pct(a);
     el.style.width = wid(a, b);
+    const text = formatDuration(b - a);
+    const fits = trackPx * ((b - a) / (hi - lo)) >= 12 + 6.6 * text.length;
+    if (dur.textContent !== (fits ? text : "")) dur.textContent = fits ? text : "";
+    el.classList.toggle("labelled", fits);
     if (!run.ended_at) { const label = runLabel(run, i, row, now); el.setAttribute("aria-label", label); el.title = label; }
   }
   for (const { el, s } of ui.waits) {

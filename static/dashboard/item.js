@@ -3,7 +3,8 @@
 // timeline and dialogs. Live updates come whole from the stream (the item's pushed state): the
 // page reads over HTTP only when it loads, after a gap in the stream, and after its own actions.
 import { LiveStream, api, badge, coalesce, describeError, h, showError, startTicker } from "./common.js";
-import { $, base, emit, graphView, itemId, refreshers, state } from "./item-core.js";
+import { $, base, emit, graphView, itemId, on, refreshers, state } from "./item-core.js";
+import { stageHistory } from "./item-stages.js";
 import "./item-head.js";
 import "./item-panel.js";
 import "./item-events.js";
@@ -13,14 +14,63 @@ import "./item-runs.js";
 
 // --- graph ---------------------------------------------------------------------------------------
 
+// one history per stage (item-stages.js) for the graph, the Timeline and the panel: they agree
 function drawGraph(graph) {
   state.graph = graph;
-  const timing = graphView.setGraph(graph);
+  state.history = stageHistory(graph, state.detail);
+  const timing = graphView.setGraph(graph, state.history);
   renderEmpty();
   renderNodeList(graph);
   emit("graph", graph);
+  restoreOnce();
   return timing;
 }
+
+// --- the selected stage lives in the URL (?stage=<stage_id>): reload, back and forward keep it ---
+// Opening a stage (click, Enter, the Timeline) adds a history entry; moving the selection with
+// the arrow keys while the panel is open replaces it; closing the panel adds one without a stage.
+
+let stageRestored = false;
+/** The stage named by the URL opens once the page has the graph and the detail to show it. */
+function restoreOnce() {
+  if (stageRestored || !state.graph || !state.graph.nodes.length || !state.detail) return;
+  stageRestored = true;
+  restoreStage();
+}
+let restoring = false;
+let selectWrite = null;
+
+function writeStage(stage, push) {
+  const url = new URL(location.href);
+  if (stage) url.searchParams.set("stage", stage); else url.searchParams.delete("stage");
+  if (url.href === location.href) return;
+  history[push ? "pushState" : "replaceState"]({ stage: stage || null }, "", url);
+}
+
+function restoreStage() {
+  const stage = new URLSearchParams(location.search).get("stage");
+  restoring = true;
+  try {
+    if (stage && graphView.nodes.has(stage)) graphView.select(stage, { open: true });
+    else if (state.panelOpen) $("panel-close").click();
+  } finally { restoring = false; }
+}
+
+on("select", (node) => {
+  if (restoring) return;
+  selectWrite = node ? node.stage_id : null;
+  queueMicrotask(() => { if (selectWrite !== null && state.panelOpen) writeStage(selectWrite, false); selectWrite = null; });
+});
+on("open", (node) => { if (!restoring) { selectWrite = null; writeStage(node.stage_id, true); } });
+on("close", () => { if (!restoring) writeStage(null, true); });
+window.addEventListener("popstate", restoreStage);
+
+// the skip link (the page's first focusable element) moves the keyboard to the graph
+$("skip-graph")?.addEventListener("click", (e) => {
+  e.preventDefault();
+  $("tab-graph").click();
+  $("graph").focus();
+});
 
 // a draft has no actions yet: say so instead of drawing an empty canvas
 function renderEmpty() {
@@ -74,9 +124,11 @@ async function loadDetail() {
   try {
     const detail = await api(base);
     state.detail = detail;
+    if (state.graph) { state.history = stageHistory(state.graph, detail); graphView.setGraph(state.graph, state.history); }
     emit("detail", detail);
     emit("events", detail.events);
     if (state.graph) renderEmpty();
+    restoreOnce();
   } catch (err) {
     showError($("head-error"), describeError(err, "Loading the work item"));
   }
