@@ -52,7 +52,7 @@ def store(transactional_db, bg):
 @pytest.fixture
 def items(store, bg):
     """An item that needs attention with a running sibling (retry stops it), one running, one done,
-    one cancelled: every status colour the list and the graph draw."""
+    one cancelled, one waiting on a question: every status colour the list and the graph draw."""
     failed = store.graph(STAGES, title="Failed build with a running sibling")
     store.complete(store.claim_item(failed.pk, stage="survey"))
     store.claim_item(failed.pk, stage="docs", boot="boot-3f2a9c71")
@@ -63,7 +63,10 @@ def items(store, bg):
     store.complete(store.claim_item(done.pk))
     cancelled = store.create(title="Cancelled item")
     bg(services.work_item_cancel, item_id=cancelled.pk, actor="user:lead", reason="not needed")
-    return {"failed": failed, "running": running, "done": done, "cancelled": cancelled}
+    waiting = store.graph(STAGES, title="Waiting on a question")
+    store.submit(store.claim_item(waiting.pk, stage="survey"),
+                 {"outcome": "waiting", "waiting_reason": "Which database should the export read?"})
+    return {"failed": failed, "running": running, "done": done, "cancelled": cancelled, "waiting": waiting}
 
 
 class Audit:
@@ -114,16 +117,16 @@ def test_no_serious_or_critical_violations(page, daphne_server, items, scheme):
     wait_for_js(page, "() => document.getElementById('new-item').open")
     audit.check("list: new item dialog")
     close_dialog(page, "new-item")
-    for key in ("failed", "running"):
+    for key in ("failed", "running", "waiting"):
         page.check(f'#items tr[data-id="{items[key].pk}"] input.row-select')
     page.wait_for_selector("#bulk-bar:not([hidden])")
     audit.check("list: bulk bar")
     page.click("#bulk-retry")
-    wait_for_js(page, "() => document.querySelectorAll('#bulk-rows .bulk-row').length === 2")
+    wait_for_js(page, "() => document.querySelectorAll('#bulk-rows .bulk-row').length === 3")
     audit.check("list: bulk retry dialog")
     close_dialog(page, "bulk-dialog")
     page.click("#bulk-cancel")
-    wait_for_js(page, "() => document.querySelectorAll('#bulk-rows .bulk-row').length === 2")
+    wait_for_js(page, "() => document.querySelectorAll('#bulk-rows .bulk-row').length === 3")
     audit.check("list: bulk cancel dialog")
     close_dialog(page, "bulk-dialog")
 
@@ -147,6 +150,18 @@ def test_no_serious_or_critical_violations(page, daphne_server, items, scheme):
     wait_for_js(page, "() => document.getElementById('cancel-dialog').open")
     audit.check("item: cancel dialog")
     close_dialog(page, "cancel-dialog")
+
+    # a waiting item: its banner, and the Retry dialog asking for the answer
+    page.goto(f"{base}/work-items/{items['waiting'].pk}/")
+    page.wait_for_selector('#graph g.node[data-stage="survey"]')
+    page.wait_for_selector("#needs-banner:not([hidden])")
+    wait_live(page)
+    audit.check("waiting item: banner")
+    page.click("#btn-retry")
+    wait_for_js(page, "() => document.getElementById('retry-dialog').open")
+    page.wait_for_selector("#retry-answers:not([hidden])")
+    audit.check("waiting item: answer dialog")
+    close_dialog(page, "retry-dialog")
 
     # the Workers page (two workers hold a run)
     page.goto(f"{base}/workers/")

@@ -128,6 +128,16 @@ def test_general_text_tokens_are_legible(theme):
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
+def test_text_on_status_tints_is_legible(theme):
+    """A node is filled with its status's tint and holds the stage name (--fg), its type and
+    attempt line (--muted) and its time (--fg-2): each legible on every tint."""
+    tokens = themes(DASHBOARD)[theme]
+    for status, (_, tint) in STATUSES.items():
+        for fg in ("fg", "fg-2", "muted"):
+            assert contrast(tokens[fg], tokens[tint]) >= TEXT, (theme, status, fg, tint)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
 def test_admin_badges_are_legible(theme):
     tokens = themes(ADMIN, prefix="wc-")[theme]
     badges = {status: token
