@@ -38,6 +38,7 @@ from workcenter.schemas_out import WorkerOut, WorkersOut
 from workcenter.worker_figures import Tracker
 
 from .stream.consumers import viewer_refusal
+from .stream.heartbeat import heartbeat
 
 logger = logging.getLogger("workcenter.workers")
 
@@ -53,7 +54,9 @@ def diff_message(diff: dict) -> str:
 
 
 def hello_message(snapshot: dict) -> str:
-    return render.dumps({"type": "hello", **render.render(WorkersOut, snapshot)}).decode("utf-8")
+    beat = heartbeat.interval()  # dashboard/stream/heartbeat.py
+    return render.dumps({"type": "hello", **render.render(WorkersOut, snapshot),
+                         **({"heartbeat_s": beat} if beat is not None else {})}).decode("utf-8")
 
 
 class WorkersFeed:
@@ -199,6 +202,7 @@ class WorkersStreamConsumer(AsyncWebsocketConsumer):
             self, asyncio.get_running_loop())
         await self.send(text_data=hello)
         WEBSOCKET_CLIENTS.inc()
+        heartbeat.add(self)
         self.version = version
         early, self.early = self.early, []
         for text, v in early:
@@ -216,6 +220,7 @@ class WorkersStreamConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=text)
 
     async def disconnect(self, code) -> None:
+        heartbeat.discard(self)
         if self.joined:
             self.joined = False
             feed.leave(self.channel_name)

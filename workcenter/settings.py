@@ -205,6 +205,10 @@ WORKCENTER_EVENT_POLL_MS = int(os.environ.get("WORKCENTER_EVENT_POLL_MS", "50"))
 # after the events that change it, at most once a second per publishing process. "0" turns the
 # pushes off (the list page then shows the overview as it loaded, and counts from the events).
 WORKCENTER_STREAM_OVERVIEW = os.environ.get("WORKCENTER_STREAM_OVERVIEW", "1") not in ("0", "false", "no", "")
+# Seconds between two heartbeats (`{"type": "heartbeat"}`) on every open websocket (dashboard/stream/
+# heartbeat.py): a page that hears nothing for about 2.5 of them says so in its connection pill.
+# 0 turns them off.
+WORKCENTER_STREAM_HEARTBEAT_S = float(os.environ.get("WORKCENTER_STREAM_HEARTBEAT_S", "5"))
 # A bearer token that may read GET /metrics and nothing else (for a Prometheus scrape job); empty:
 # only users with workcenter.view_workitem (session or API token) may.
 WORKCENTER_METRICS_TOKEN = os.environ.get("WORKCENTER_METRICS_TOKEN", "")

@@ -48,6 +48,7 @@ from workcenter.auth import VIEW
 from workcenter.errors import NotFound
 from workcenter.instruments import WEBSOCKET_CLIENTS
 
+from .heartbeat import heartbeat
 from .live_state import MAX_HELLO_BYTES, overview_now
 from .messages import event_message, hello_message
 from .publisher import publisher
@@ -177,6 +178,7 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(hello)
         self._counted = True
         WEBSOCKET_CLIENTS.inc()
+        heartbeat.add(self)
         if after_id is None:
             self.last_id = hello["last_event_id"]
         else:
@@ -188,6 +190,7 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
         await super().websocket_disconnect(message)
 
     async def disconnect(self, code) -> None:
+        heartbeat.discard(self)
         pump.consumer_left(self.channel_name)
         if self._counted:
             self._counted = False
@@ -198,6 +201,12 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
         await self.close(code=code)
 
     def _snapshot(self) -> dict:
+        hello = self._hello()
+        if heartbeat.interval() is not None:  # dashboard/stream/heartbeat.py
+            hello["heartbeat_s"] = heartbeat.interval()
+        return hello
+
+    def _hello(self) -> dict:
         if self.item_id is None:
             return hello_message(selectors.event_last_id(), overview=overview_now())
         selectors.work_item_get(self.item_id)  # NotFound ⇒ 4404

@@ -33,6 +33,14 @@ def no_overview_push(settings):
     publisher.overview.cancel()  # none due after the test
 
 
+@pytest.fixture(autouse=True)
+def no_heartbeat(settings):
+    """No heartbeats (dashboard/stream/heartbeat.py): these tests count the messages a stream sends;
+    the heartbeat's own tests turn them on."""
+    settings.WORKCENTER_STREAM_HEARTBEAT_S = 0
+    yield
+
+
 @pytest.fixture
 def viewer_token(viewer):
     return api_token_create(user=viewer, name="ws")[1]
