@@ -193,14 +193,14 @@ def work_item_summary(item_id: str) -> WorkItem:
     """One item as WorkItemSummary shows it (`work_item_summaries` of one id)."""
     item = work_item_summaries([item_id]).get(item_id)
     if item is None:
-        raise NotFound(f"WorkItem not found: {item_id}", extra={"id": item_id})
+        raise NotFound(f"no work item has the id {item_id}", extra={"id": item_id})
     return item
 
 
 def work_item_get(item_id: str) -> WorkItem:
     item = WorkItem.objects.filter(pk=item_id).first()
     if item is None:
-        raise NotFound(f"WorkItem not found: {item_id}", extra={"id": item_id})
+        raise NotFound(f"no work item has the id {item_id}", extra={"id": item_id})
     return item
 
 
@@ -216,7 +216,7 @@ def work_item_detail(item_id: str, *, events: bool = True) -> dict:
         reads.append(("detail_events", [item_id, DETAIL_EVENTS]))
     rows = db.read_all(reads, conn)
     if not rows[0]:
-        raise NotFound(f"WorkItem not found: {item_id}", extra={"id": item_id})
+        raise NotFound(f"no work item has the id {item_id}", extra={"id": item_id})
     item = db.ITEM_ROW.build(rows[0][0])
     actions = db.ACTION_ROW.build_many(rows[1], conn)
     runs = db.RUN_ROW.build_many(rows[2], conn)

@@ -54,11 +54,11 @@ def _work_dir_allowed(path: str, roots: list[str]) -> bool:
 def work_dir_syntax_error(work_dir: Any) -> str | None:
     """What is wrong with this work_dir as text (schemas_in.WORK_DIR_PATTERN says the same), or None."""
     if not isinstance(work_dir, str) or not work_dir.strip():
-        return "workDir must be a non-blank absolute path to an existing directory"
+        return "workDir is blank: give the full path of a folder on the server, such as /srv/projects/example"
     if not work_dir.startswith("/"):
-        return f"workDir must be an absolute path: {work_dir}"
+        return f"workDir must be a full (absolute) path, starting with /: {work_dir}"
     if ".." in work_dir.split("/"):
-        return f"workDir must not contain '..' segments: {work_dir}"
+        return f"workDir must not step up with '..': {work_dir}"
     return None
 
 
@@ -71,8 +71,10 @@ def resolve_work_dir(work_dir: Any) -> str:
     problem = work_dir_syntax_error(work_dir)
     if problem:
         raise InvalidInput(problem, fields=["work_dir"])
-    refused = InvalidInput("workDir must name an existing directory the server allows "
-                           f"(WORKCENTER_WORK_DIR_ROOTS): {work_dir}", fields=["work_dir"])
+    # the same words whether the folder is missing or outside the roots (nothing outside is looked
+    # up); the setting that lists the roots (WORKCENTER_WORK_DIR_ROOTS) is the docs' to name
+    refused = InvalidInput(f"this folder is not one the server may use, or it does not exist (workDir: {work_dir}); "
+                           "ask an admin which folders are allowed", fields=["work_dir"])
     roots = list(getattr(settings, "WORKCENTER_WORK_DIR_ROOTS", None) or [])
     roots += [os.path.realpath(root) for root in roots]  # a root may itself be a symlink
     path = os.path.normpath(work_dir)

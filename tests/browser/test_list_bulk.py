@@ -70,7 +70,8 @@ def test_bulk_retry_previews_each_row_and_refuses_alone_the_one_changed_meanwhil
             for item in (a, b, c, ready)}
     assert text[b.pk] == "resets implement, review (2 stages); stops no running work", text
     assert text[a.pk].startswith("resets ") and "stops docs — worker boot-3f2…, epoch 1" in text[a.pk], text[a.pk]
-    assert text[ready.pk].startswith("Not possible: "), text
+    assert text[ready.pk] == ("Not possible: the item is cancelled: only an item that is waiting or needs "
+                              "attention can be retried."), text
     assert page.locator(f'#bulk-rows .bulk-row[data-id="{ready.pk}"]').get_attribute("data-allowed") == "false"
     assert page.locator("#bulk-submit").inner_text() == "Retry 3 items"
     assert "btn-primary" in page.locator("#bulk-submit").get_attribute("class")

@@ -51,7 +51,7 @@ def lock_item(item_id: str) -> WorkItem:
     try:
         return WorkItem.objects.select_for_update().get(pk=item_id)
     except WorkItem.DoesNotExist:
-        raise NotFound(f"WorkItem not found: {item_id}", extra={"id": item_id}) from None
+        raise NotFound(f"no work item has the id {item_id}", extra={"id": item_id}) from None
 
 
 def item_actions(item: WorkItem, *, lock: bool = False) -> list[Action]:

@@ -115,11 +115,11 @@ def work_item_start(*, item_id: str, actor: str = "system", now: datetime | None
         now = resolve_now(now)
         item = common.lock_item(item_id)
         if item.status in (WorkItemStatus.DONE, WorkItemStatus.CANCELLED):
-            raise InvalidState(f"Cannot start WorkItem in {item.status}")
+            raise InvalidState(f"the item is {_label(item.status)}: only a draft can be started")
         if item.current_action_id and Action.objects.filter(pk=item.current_action_id, status=ActionStatus.READY).exists():
             return item
         if item.status != WorkItemStatus.DRAFT:
-            raise InvalidState(f"WorkItem in {item.status} must be resumed with retry")
+            raise InvalidState(f"the item is {_label(item.status)}: it must be resumed with retry, not started")
         action = _insert_initial(item, now)
         common.save_item_state(item, now, status=WorkItemStatus.READY, current_action_id=action.pk,
                                guard=_status_guard(item, WorkItemStatus.DRAFT))
@@ -170,7 +170,7 @@ def work_item_update(
         now = resolve_now(now)
         item = common.lock_item(item_id)
         if item.status in (WorkItemStatus.DONE, WorkItemStatus.CANCELLED):
-            raise InvalidState(f"Cannot update WorkItem in {item.status}")
+            raise InvalidState(f"the item is {_label(item.status)}: its contract can no longer be edited")
         if expected_revision is not None and expected_revision != item.revision:
             raise RevisionConflict(
                 f"WorkItem revision changed: expected {expected_revision}, current {item.revision}",
@@ -237,7 +237,7 @@ def work_item_cancel(*, item_id: str, actor: str = "system", now: datetime | Non
         item = common.lock_item(item_id)
         _check_revision(item, expected_revision, expected_state_token)
         if item.status == WorkItemStatus.DONE:
-            raise InvalidState("Completed WorkItem cannot be cancelled")
+            raise InvalidState("the item is done: a finished item cannot be cancelled")
         if item.status == WorkItemStatus.CANCELLED:
             if refuse_cancelled:
                 raise InvalidState("WorkItem is already cancelled")
@@ -270,13 +270,13 @@ def work_item_guide(
         now = resolve_now(now)
         item = common.lock_item(item_id)
         if item.current_action_id != action_id or item.revision != revision:
-            raise RevisionConflict("Action changed before guidance was applied; refresh and try again",
+            raise RevisionConflict("the stage changed before your guidance reached it; reload and try again",
                                    extra={"current_action_id": item.current_action_id, "revision": item.revision})
         if item.status not in (WorkItemStatus.READY, WorkItemStatus.RUNNING):
-            raise InvalidState(f"WorkItem in {item.status} cannot accept Action guidance")
+            raise InvalidState(f"the item is {_label(item.status)}: guidance reaches only a stage that is ready or running")
         previous = Action.objects.select_for_update().get(pk=item.current_action_id)
         if previous.status not in (ActionStatus.READY, ActionStatus.RUNNING):
-            raise InvalidState("WorkItem has no active Action for guidance")
+            raise InvalidState("the item has no stage ready or running to take guidance")
         common.refuse_if_reserved(_open_actions(item), now)
         guard = _status_guard(item, item.status, at_revision=True)
         entry = {"type": "guidance", "role": "user", "summary": text, "evidence": []}
@@ -303,7 +303,7 @@ def _retry_plan(item: WorkItem, answer: Any, now: datetime):
     _refuse_unless_retryable(item)
     answer_text = clean_answer(answer)
     if item.status == WorkItemStatus.WAITING and not answer_text:
-        raise InvalidInput("answer is required to resume a waiting WorkItem", fields=["answer"])
+        raise InvalidInput(ANSWER_REQUIRED, fields=["answer"])
     previous = Action.objects.filter(pk=item.current_action_id).first() if item.current_action_id else None
     in_graph = item.execution_mode == ExecutionMode.GRAPH
     if previous is None:
@@ -318,10 +318,17 @@ def _retry_plan(item: WorkItem, answer: Any, now: datetime):
     return previous, previous_run, replacement, plan
 
 
+ANSWER_REQUIRED = "answer is required to resume a waiting item: it waits for your answer"
+
+
+def _label(status: str) -> str:
+    """A status as the pages label it ("needs attention", not needs_attention)."""
+    return WorkItemStatus(status).label if status in WorkItemStatus.values else status
+
+
 def not_retryable_message(status: str) -> str:
     """Why an item in `status` cannot be retried, in the words of its status label."""
-    label = WorkItemStatus(status).label if status in WorkItemStatus.values else status
-    return f"the item is {label}: only an item that is waiting or needs attention can be retried"
+    return f"the item is {_label(status)}: only an item that is waiting or needs attention can be retried"
 
 
 def _refuse_unless_retryable(item: WorkItem) -> None:
@@ -373,14 +380,12 @@ def _answer_targets(item: WorkItem, answers: dict[str, str], actions: list[Actio
     waiting = {a.pk: a for a in waiting_actions(item, actions)}
     unknown = [action_id for action_id in answers if action_id not in waiting]
     if unknown:
-        raise InvalidInput(f"{field} must name stages of this WorkItem that wait for an answer; not waiting: "
+        raise InvalidInput(f"{field} must name stages of this item that wait for an answer; not waiting: "
                            + ", ".join(unknown), fields=[field])
     if item.status == WorkItemStatus.WAITING and item.current_action_id not in answers:
-        raise InvalidInput("answer is required to resume a waiting WorkItem: "
-                           f"{field} must include its current stage "
+        raise InvalidInput(f"{ANSWER_REQUIRED}: {field} must include its current stage "
                            f"({waiting[item.current_action_id].effective_stage_id})"
-                           if item.current_action_id in waiting else
-                           "answer is required to resume a waiting WorkItem", fields=[field])
+                           if item.current_action_id in waiting else ANSWER_REQUIRED, fields=[field])
     targets = {a.pk: a for a in waiting.values() if a.pk in answers}
     if item.current_action_id not in targets:
         current = next((a for a in actions or [] if a.pk == item.current_action_id), None)

@@ -37,9 +37,9 @@ SEEDED: dict[str, list[str]] = json.loads(os.environ.get("WORKCENTER_FUZZ_SEEDS"
 
 # (operation label, field) ⇒ the message the server gives when state refuses the request
 STATE_DEPENDENT = {
-    ("POST /api/v1/work-items", "work_dir"): "workDir must name an existing directory the server allows",
-    ("PATCH /api/v1/work-items/{item_id}", "work_dir"): "workDir must name an existing directory the server allows",
-    ("POST /api/v1/work-items/{item_id}/retry", "answer"): "answer is required to resume a waiting WorkItem",
+    ("POST /api/v1/work-items", "work_dir"): "this folder is not one the server may use",
+    ("PATCH /api/v1/work-items/{item_id}", "work_dir"): "this folder is not one the server may use",
+    ("POST /api/v1/work-items/{item_id}/retry", "answer"): "answer is required to resume a waiting item",
     ("POST /api/v1/work-items", "workflow"): "",
     # which stages an item waits on is server state: a generated action id is rarely one of them
     ("POST /api/v1/work-items/{item_id}/retry", "answers"): "",

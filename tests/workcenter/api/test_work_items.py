@@ -267,7 +267,7 @@ def test_patch_of_cancelled_item_is_409(api):
     item = api.create()
     api.post(f"/work-items/{item['id']}/cancel")
     body = error_of(api.patch(f"/work-items/{item['id']}", {"goal": "x"}), 409, "invalid_state")
-    assert "Cannot update" in body["message"]
+    assert "its contract can no longer be edited" in body["message"]
 
 
 # --- guidance ----------------------------------------------------------------------------------
@@ -291,7 +291,7 @@ def test_guidance_on_a_changed_action_is_409_revision_conflict(api):
     api.post(f"/work-items/{item['id']}/guidance", {"action_id": old, "revision": 1, "guidance": "one"})
     body = error_of(api.post(f"/work-items/{item['id']}/guidance", {"action_id": old, "revision": 1,
                                                                   "guidance": "two"}), 409, "revision_conflict")
-    assert "Action changed" in body["message"]
+    assert "the stage changed before your guidance" in body["message"]
 
 
 def test_blank_guidance_is_422(api):

@@ -97,7 +97,8 @@ def test_work_item_start(store):
     assert Event.objects.filter(work_item=item).count() == 2 and len(store.actions(item.pk)) == 1
 
 
-@pytest.mark.parametrize("status,words", [("done", "Cannot start"), ("cancelled", "Cannot start"),
+@pytest.mark.parametrize("status,words", [("done", "is done: only a draft can be started"),
+                                          ("cancelled", "is cancelled: only a draft can be started"),
                                           ("waiting", "must be resumed with retry"),
                                           ("needs_attention", "must be resumed with retry")])
 def test_work_item_start_refusals(store, status, words):
@@ -113,7 +114,7 @@ def test_unknown_item_is_not_found(store):
     for fn in (services.work_item_start, services.work_item_cancel):
         with pytest.raises(NotFound) as exc:
             fn(item_id="missing", now=store.now())
-        assert "WorkItem not found: missing" in str(exc.value)
+        assert "no work item has the id missing" in str(exc.value)
 
 
 # --- update --------------------------------------------------------------------------------------
@@ -177,7 +178,7 @@ def test_work_item_update_terminal_refused(store, status):
     WorkItem.objects.filter(pk=item.pk).update(status=status)
     with pytest.raises(InvalidState) as exc:
         services.work_item_update(item_id=item.pk, patch={"goal": "x"}, now=store.now())
-    assert "Cannot update" in str(exc.value)
+    assert "its contract can no longer be edited" in str(exc.value)
 
 
 def test_work_item_update_expected_revision(store):
@@ -261,11 +262,11 @@ def test_work_item_guide_refusals(store):
     assert "actionId and revision are required" in str(exc.value)
     with pytest.raises(RevisionConflict) as exc:
         services.work_item_guide(item_id=item.pk, guidance="x", action_id=item.current_action_id, revision=2)
-    assert "Action changed" in str(exc.value)
+    assert "the stage changed before your guidance" in str(exc.value)
     store.submit(store.claim(), {"outcome": "failed", "error": "x"})
     with pytest.raises(InvalidState) as exc:
         services.work_item_guide(item_id=item.pk, guidance="x", action_id=item.current_action_id, revision=1)
-    assert "cannot accept Action guidance" in str(exc.value)
+    assert "guidance reaches only a stage that is ready or running" in str(exc.value)
 
 
 def test_work_item_guide_attachment_summary(store):
