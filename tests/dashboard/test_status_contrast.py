@@ -151,3 +151,22 @@ def test_admin_badges_are_legible(theme):
     # the explicit dark theme (the admin's toggle) says the same as the automatic one
     explicit = hex_tokens(block(strip_comments(ADMIN), strip_comments(ADMIN).index('html[data-theme="dark"]')), "wc-")
     assert explicit == {k: v for k, v in themes(ADMIN, prefix="wc-")["dark"].items() if k in explicit}
+
+
+def mix(a: str, b: str, share: float) -> str:
+    """`color-mix(in srgb, a share, b)`."""
+    ca, cb = (bytes.fromhex(c.lstrip("#")) for c in (a, b))
+    return "#" + "".join(f"{round(x * share + y * (1 - share)):02x}" for x, y in zip(ca, cb))
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_progress_bar_stages_to_run_are_visible(theme):
+    """The list's progress bar draws the stages still to run in a quieter ready colour; it is a
+    mark, so >= 3:1 against the card and the bar's track."""
+    rule = re.search(r'\.progress-seg\[data-status="ready"\] \{ background: color-mix\(in srgb, var\(--st-ready\) '
+                     r'(\d+)%, var\(--surface\)\); \}', strip_comments(DASHBOARD))
+    assert rule, "the ready segment's colour rule changed: say its contrast here"
+    tokens = themes(DASHBOARD)[theme]
+    colour = mix(tokens["st-ready"], tokens["surface"], int(rule.group(1)) / 100)
+    for bg in ("surface", "surface-2"):
+        assert contrast(colour, tokens[bg]) >= MARK, (theme, colour, bg, round(contrast(colour, tokens[bg]), 2))
