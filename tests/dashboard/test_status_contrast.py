@@ -59,16 +59,25 @@ def strip_comments(css: str) -> str:
 
 
 def themes(css: str, prefix: str = "") -> dict[str, dict[str, str]]:
-    """{'light': tokens, 'dark': tokens}: the top-level `:root`, then the dark media query's
-    `:root` over it."""
+    """{'light': tokens, 'dark': tokens}: every top-level `:root` block, then every dark media
+    query's blocks over them."""
     css = strip_comments(css)
-    dark_at = css.index("@media (prefers-color-scheme: dark)")
-    light = hex_tokens(block(css, css.index(":root")), prefix)
-    dark = {**light, **hex_tokens(block(css, dark_at), prefix)}
+    dark_blocks = [block(css, m.start()) for m in re.finditer(r"@media \(prefers-color-scheme: dark\)", css)]
+    top = css
+    for b in dark_blocks:
+        top = top.replace(b, "")
+    light: dict[str, str] = {}
+    for m in re.finditer(r":root\s*\{", top):
+        light.update(hex_tokens(block(top, m.start()), prefix))
+    dark = dict(light)
+    for b in dark_blocks:
+        dark.update(hex_tokens(b, prefix))
     return {"light": light, "dark": dark}
 
 
-DASHBOARD = (STATIC / "dashboard.css").read_text(encoding="utf-8")
+# the pages' stylesheets, in the order the item page loads them: status tokens may live in any
+DASHBOARD = "\n".join((STATIC / name).read_text(encoding="utf-8")
+                      for name in ("dashboard.css", "graph.css", "time.css", "needs.css"))
 ADMIN = (STATIC / "admin.css").read_text(encoding="utf-8")
 
 
