@@ -1,7 +1,7 @@
 // The work item page's "needs me" banner, between the header and the graph: every stage that waits
 // for the lead's answer (its question, and how long it has waited, live) or that failed (and why),
-// with the button that answers or retries. A waiting linear item shows it too: the action that
-// asked is `completed` by design (DOMAIN §7.4) and its node reads as finished.
+// with the button that answers or retries. A waiting linear item shows it too (the action that
+// asked is `completed` by DOMAIN §7.4; its node is drawn waiting, item-stages.js).
 import { formatDuration, h } from "./common.js";
 import { $, config, graphView, on, state } from "./item-core.js";
 
@@ -77,9 +77,6 @@ function render() {
   const title = status === "waiting"
     ? (waiting.length > 1 ? `Waiting for your answers — ${waiting.length} stages ask` : `Waiting for your answer — ${names(waiting)} asks`)
     : `Needs attention — ${names(failed) || names(blocked)} failed`;
-  const note = d.execution_mode !== "graph" && status === "waiting"
-    ? h("p", { class: "needs-note muted" }, "The stage ended its run with this question, so its node shows completed; the item waits until you answer.")
-    : null;
   const button = config.can_change
     ? h("button", { type: "button", class: "btn btn-primary needs-action", id: "needs-answer",
       onclick: () => $("btn-retry")?.click() }, status === "waiting" ? (waiting.length > 1 ? "Answer all…" : "Answer…") : "Retry…")
@@ -90,8 +87,7 @@ function render() {
     h("span", { class: "needs-icon", "aria-hidden": "true" }, status === "waiting" ? "?" : "!"),
     h("div", { class: "needs-body" },
       h("h2", { class: "needs-title", id: "needs-title" }, title),
-      h("ul", { class: "needs-list" }, ...blocked.map(stageRow)),
-      note),
+      h("ul", { class: "needs-list" }, ...blocked.map(stageRow))),
     button);
   banner.hidden = false;
 }

@@ -67,18 +67,19 @@ def retried_linear(bg, behind=timedelta(minutes=13)):
 
 
 def graph_review_loop(bg):
-    """plan → implement → review → deliver; the review requested changes, implement ran again."""
+    """A planned graph item (triage's plan: implement → review → deliver); the review requested
+    changes, implement ran again (lease epoch 2) and completed."""
     store = ThreadedStore(bg, behind=timedelta(minutes=10))
     clock = store._store.clock
-    item = store.graph([
-        {"id": "plan"}, {"id": "implement", "deps": ["plan"], "type": "implement"},
-        {"id": "review", "deps": ["implement"], "type": "review", "return_to": "implement"},
-        {"id": "deliver", "deps": ["review"], "type": "deliver"},
+    item = store.planned([
+        {"id": "implement", "type": "implement", "objective": "o"},
+        {"id": "review", "type": "review", "objective": "o", "depends_on_action_ids": ["implement"]},
+        {"id": "deliver", "type": "deliver", "objective": "o", "depends_on_action_ids": ["review"]},
     ], title="Sent back once")
-    for stage in ("plan", "implement"):
-        claim = store.claim_item(item.pk, stage=stage)
-        clock.tick(30_000)
-        store.complete(claim)
+    assert store.by_stage(item.pk)["review"].changes_requested_stage_id == "implement"
+    claim = store.claim_item(item.pk, stage="implement")
+    clock.tick(30_000)
+    store.complete(claim)
     review = store.claim_item(item.pk, stage="review")
     clock.tick(20_000)
     store.submit(review, completed(review_decision="changes_requested", summary="the error path is untested"))
@@ -131,6 +132,7 @@ def test_a_linear_stage_retried_17_times_is_one_node_with_18_attempts(page, daph
     assert "50 s" in first and "boot-A" in first  # the worker
     assert "Then retried by lead." in first
     screenshot(page, "history-retried-panel-1280-light.png")
+    page.keyboard.press("Escape")
 
     # the Timeline lists the same attempts: one row for Implement, 18 bars, the same runs
     page.click("#tab-runs")
@@ -200,10 +202,10 @@ def test_a_graph_review_loop_draws_a_labelled_back_edge_and_changes_requested(pa
     page.click("#tab-runs")
     page.wait_for_selector("#runs-view:not([hidden]) .tl-row")
     statuses = page.eval_on_selector_all("#runs-view .tl-bar", "els => els.map(b => [b.dataset.stage, b.dataset.status])")
-    assert statuses == [["plan", "completed"], ["implement", "completed"], ["implement", "completed"],
+    assert statuses == [["triage", "completed"], ["implement", "completed"], ["implement", "completed"],
                         ["review", "changes_requested"]], statuses
     attempts = page.eval_on_selector_all("#runs-view .tl-row", "rows => rows.map(r => [r.dataset.stage, r.dataset.attempts])")
-    assert attempts == [["plan", "1"], ["implement", "2"], ["review", "1"], ["deliver", "0"]], attempts
+    assert attempts == [["triage", "1"], ["implement", "2"], ["review", "1"], ["deliver", "0"]], attempts
     page.click("#tab-graph")
 
     # the review runs again and approves: completed, two attempts, the loop stays drawn

@@ -96,7 +96,10 @@ def test_a_waiting_linear_item_shows_which_stage_asks_what_and_for_how_long(page
     assert row.locator(".needs-stage-name").inner_text() == stage
     assert row.locator(".needs-text").inner_text() == question
     assert "Waiting for your answer" in banner.locator(".needs-title").inner_text()
-    assert "node shows completed" in banner.inner_text()
+    # and the graph draws the stage that asked waiting, not completed
+    asked = page.locator(f'#graph g.node[data-stage="{claim.action.effective_stage_id}"]')
+    assert asked.get_attribute("data-status") == "waiting"
+    assert "node shows completed" not in banner.inner_text()
     # how long: from the waiting run's end, and live
     ended = Run.objects.get(pk=claim.run.pk).ended_at
     first = waited_seconds(row.locator(".needs-since").inner_text())

@@ -133,9 +133,13 @@ def test_a_run_interrupted_failed_and_retried_draws_three_bars_in_order(page, da
 
 def test_the_running_bar_grows_live(page, daphne_server, timed):
     errors = console_errors(page)
-    # created 70 s ago, claimed 10 s ago, still running
+    # created 70 s ago; "first" ran 0–10 s; "live" claimed 10 s ago, still running. The axis fits
+    # the runs (from the first claim to now), so the running bar's share of it grows
     timed.clock.t = datetime.now(timezone.utc) - timedelta(seconds=70)
-    item = timed.graph([{"id": "live"}, {"id": "next", "deps": ["live"]}], title="Growing")
+    item = timed.graph([{"id": "first"}, {"id": "live", "deps": ["first"]}, {"id": "next", "deps": ["live"]}], title="Growing")
+    first = timed.claim(item.pk, "first")
+    timed.at(10)
+    timed.complete(first)
     timed.at(60)
     claim = timed.claim(item.pk, "live")
     open_timeline(page, daphne_server, item.pk)
