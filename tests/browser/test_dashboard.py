@@ -124,7 +124,7 @@ def test_a_claim_turns_its_node_running_within_a_second(page, daphne_server, sto
     assert node(page, stage).locator(".ring-fg").count() == 1
     # the timeline names the claim
     page.wait_for_selector('#events li[data-type="run.claimed"]')
-    assert "by worker boot-bro" in page.locator('#events li[data-type="run.claimed"]').first.inner_text()
+    assert "started on worker boot-bro" in page.locator('#events li[data-type="run.claimed"]').first.inner_text()
 
 
 def _failed_with_running_sibling(store):
