@@ -30,6 +30,7 @@ from .services import bulk
 from .domain.normalize import UNSTORABLE
 from .services.runs import AppliedSubmission
 from .schemas_out import (
+    ActionInstructionOut,
     ActionResultOut,
     BulkOut,
     BulkPreviewOut,
@@ -441,6 +442,14 @@ def work_item_state(request, item_id: PathId):
     and its `rev`: what a page reads back after a gap in the stream's diffs."""
     last = selectors.item_last_event_id(item_id)  # before the state: an event in between is replayed, never lost
     return HttpResponse(render.dumps(item_page_state.read(item_id).full(last)), content_type="application/json")
+
+
+@items.get("/work-items/{item_id}/actions/{action_id}/instruction",
+           response={200: ActionInstructionOut, **ITEM_ERRORS}, auth=api_auth(VIEW))
+def work_item_action_instruction(request, item_id: PathId, action_id: PathId):
+    """An action's instruction, brief and context: the texts the item's state leaves out, read
+    when the work-item page's side panel opens the stage."""
+    return item_page_state.instruction(item_id, action_id)
 
 
 def _event_page(events: list, after_id: int) -> dict:

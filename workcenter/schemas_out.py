@@ -408,6 +408,68 @@ class GraphOut(Schema):
     last_event_id: int
 
 
+STATE_TEXT_CHARS = 300  # a run's summary and error in the item's state: their start (the panel reads the rest)
+
+
+def _start(text: Optional[str]) -> Optional[str]:
+    if text is None or len(text) <= STATE_TEXT_CHARS:
+        return text
+    return text[:STATE_TEXT_CHARS - 1] + "…"
+
+
+class StateActionOut(Schema):
+    """An action as the work-item page's state carries it: ActionOut without its texts
+    (`instruction`, `brief`, `context`: GET …/actions/{action_id}/instruction) nor what the
+    page does not draw (policies, workspace, role, execution stats)."""
+    id: str
+    sequence: int
+    type: str
+    stage_id: str
+    depends_on_stage_ids: list[str]
+    workspace_mode: str
+    changes_requested_stage_id: Optional[str] = None
+    status: str
+    attempt: int
+    max_attempts: int
+    current_run_id: Optional[str] = None
+    lease_epoch: int
+    updated_at: Timestamp
+
+    @staticmethod
+    def resolve_stage_id(obj) -> str:
+        return obj.stage_id or obj.type
+
+
+class StateRunOut(Schema):
+    """A run as the work-item page's state carries it: its outcome, times, worker and reason
+    (summary and error cut to their first 300 characters), without the response, evidence,
+    snapshots, checkpoint and acceptance checks (the full run is in WorkItemDetail)."""
+    id: str
+    action_id: str
+    owner_boot_id: str
+    lease_epoch: int
+    status: str
+    started_at: Timestamp
+    ended_at: Optional[Timestamp] = None
+    summary: str
+    waiting_reason: Optional[str] = None
+    error: Optional[str] = None
+    review_decision: Optional[str] = None
+    loop_count: int
+    tool_count: int
+    llm_request_count: int
+    total_tokens: int
+    progress_revision: int
+
+    @staticmethod
+    def resolve_summary(obj) -> str:
+        return _start(obj.summary) or ""
+
+    @staticmethod
+    def resolve_error(obj) -> Optional[str]:
+        return _start(obj.error)
+
+
 class ItemStateOut(Schema):
     """What the work-item page shows of an item, with the revision the per-item stream's diffs
     name (workcenter/item_page_state.py)."""
@@ -416,8 +478,16 @@ class ItemStateOut(Schema):
     base_rev: Optional[str] = Field(None, description="always null here (a whole state)")
     item: dict[str, Any] = Field(..., description="the fields of WorkItemDetail but actions, runs and events")
     graph: GraphOut
-    actions: list[ActionOut] = Field(..., description="all actions, by sequence")
-    runs: list[RunOut] = Field(..., description="all runs, newest started_at first")
+    actions: list[StateActionOut] = Field(..., description="all actions, by sequence, without their long texts")
+    runs: list[StateRunOut] = Field(..., description="all runs, newest started_at first, without their long texts")
+
+
+class ActionInstructionOut(Schema):
+    """GET …/actions/{action_id}/instruction: the texts the item's state leaves out of an action."""
+    action_id: str
+    instruction: str
+    brief: Optional[dict[str, Any]] = None
+    context: list[Any]
 
 
 class HeldRunOut(Schema):

@@ -2,9 +2,11 @@
 
 * `ItemStates`: the per-item stream's `state` (workcenter/item_page_state.py). For each item with a
   listener in a batch (batches.py), the item's state is read once and attached to the message of
-  its last event there: a diff on the state this process sent with
-  the item's previous event, or the whole state when this process did not send that one (another
-  process published it, nobody listened then, it fell out of the cache) or the structure changed.
+  its last event there: a diff on the state this process sent with the item's previous event (what
+  changed or is new: a progress report's diff is a node or two, an action and a run, about 1.5 KB;
+  a retry's adds the new action, node and edge), or the whole state when this process did not send
+  that one (another process published it, nobody listened then, it fell out of the cache) or
+  something is gone from the item (a node, an edge, an action or a run).
   Per process, the last state sent of the `LIMIT` most recently published items is kept. A state
   over `MAX_STATE_BYTES` is not pushed: the message only says that the page should read it back.
 * `OverviewPush`: the list stream's overview (workcenter/overview.py), sent as a message of its

@@ -39,7 +39,8 @@ def groups_of(item_id: str) -> list[str]:
 def hello_message(last_event_id: int, graph: dict | None = None, *, state: dict | None = None,
                   overview: dict | None = None) -> dict:
     """`{"type": "hello", "last_event_id": int}`; the per-item stream's with `"graph": Graph` and
-    the item's whole `state` (workcenter/item_page_state.py), the list stream's with `overview`."""
+    the item's whole `state` (workcenter/item_page_state.py: its actions and runs without their
+    long texts), the list stream's with `overview`."""
     hello = {"type": "hello", "last_event_id": last_event_id}
     if graph is not None:
         hello["graph"] = graph

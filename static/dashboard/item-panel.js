@@ -123,6 +123,34 @@ function guidanceBox(action) {
   return form;
 }
 
+// --- the instruction: not in the pushed state; read (with the brief and context) when the lead
+// opens the stage, once per version of the action (its updated_at), never on a live update
+const textsReading = new Set();
+function readTexts(node) {
+  const action = node && state.detail && state.detail.actions.find((a) => a.id === node.id);
+  if (!action || action.texts_for === action.updated_at) return;
+  const key = `${action.id}@${action.updated_at}`;
+  if (textsReading.has(key)) return;
+  textsReading.add(key);
+  api(`${base}/actions/${encodeURIComponent(action.id)}/instruction`).then((t) => {
+    const held = state.detail && state.detail.actions.find((a) => a.id === action.id);
+    if (held) Object.assign(held, { instruction: t.instruction, brief: t.brief, context: t.context, texts_for: action.updated_at });
+    if (state.panelOpen && graphView.selectedData()?.id === action.id) renderPanel(graphView.selectedData());
+  }).catch((err) => {
+    const pre = document.querySelector("#panel-body .instruction pre");
+    if (pre) pre.textContent = describeError(err, "Reading the instruction");
+  }).finally(() => textsReading.delete(key));
+}
+on("open", readTexts);
+on("select", (node) => { if (state.panelOpen) readTexts(node); });
+
+function instructionSection(action) {
+  if (action.instruction === undefined) {
+    return h("details", { class: "panel-section instruction" }, h("summary", {}, "Instruction"), h("pre", { class: "muted" }, "Loading…"));
+  }
+  return action.instruction ? h("details", { class: "panel-section instruction" }, h("summary", {}, "Instruction"), h("pre", {}, action.instruction)) : null;
+}
+
 function renderPanel(node) {
   const body = $("panel-body");
   if (!node || !state.detail) { body.replaceChildren(h("p", { class: "muted" }, "Select a stage in the graph.")); return; }
@@ -143,7 +171,7 @@ function renderPanel(node) {
       h("dt", {}, "Objective"), h("dd", {}, brief.objective || "—"),
       h("dt", {}, "Approach"), h("dd", {}, brief.approach || "—"),
       h("dt", {}, "Expected outcome"), h("dd", {}, brief.expected_outcome || "—"))),
-    action.instruction ? h("details", { class: "panel-section instruction" }, h("summary", {}, "Instruction"), h("pre", {}, action.instruction)) : null,
+    instructionSection(action),
     (action.context || []).length ? section(`Context (${action.context.length})`, h("ul", { class: "context" }, ...action.context.map(contextEntry))) : null,
     (action.depends_on_stage_ids || []).length ? section("Depends on", h("ul", { class: "deps" }, ...dependencyResults(action))) : null,
     attemptsSection(node, action),

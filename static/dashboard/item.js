@@ -154,7 +154,7 @@ async function catchUpEvents() {
 
 // --- the pushed state -------------------------------------------------------------------------------
 // The per-item stream pushes the item's state (workcenter/item_page_state.py): whole in the hello and
-// after a change of structure, else a diff on the state of rev `base_rev`. The page applies a diff
+// when a node, edge, action or run is gone, else a diff on the state of rev `base_rev`. The page applies a diff
 // only on the state it shows (`shownRev`); on any other base it has missed one (a dropped
 // message, a reconnect) and reads the whole state back once (GET …/state), never per event.
 
@@ -169,11 +169,21 @@ function merged(list, changed, order) {
   return [...byId.values()].sort(order);
 }
 
-/** Apply a pushed state; false when it is a diff on a state the page does not show. */
+/** Apply a pushed state; false when it is a diff on a state the page does not show. A diff's
+ * nodes, actions and runs replace those of the same id or are new (put in order), its `edges`
+ * are new ones. The state leaves long texts out (an action's instruction, brief and context, a
+ * run's response and evidence): what the page read of them (the detail at load, the panel on
+ * open) is kept. */
 function applyState(st, lastEventId) {
   const events = state.detail ? state.detail.events : [];
+  const keepTexts = (list, held) => {
+    if (!held || !held.length) return list;
+    const old = new Map(held.map((x) => [x.id, x]));
+    return list.map((x) => (old.has(x.id) ? { ...old.get(x.id), ...x } : x));
+  };
   if (st.base_rev == null) {
-    state.detail = { ...st.item, actions: st.actions, runs: st.runs, events };
+    const held = state.detail || {};
+    state.detail = { ...st.item, actions: keepTexts(st.actions, held.actions), runs: keepTexts(st.runs, held.runs), events };
     shownRev = st.rev;
     drawGraph(st.graph);
     emit("detail", state.detail);
@@ -182,11 +192,19 @@ function applyState(st, lastEventId) {
   }
   if (st.base_rev !== shownRev || !state.graph || !state.detail) return false;
   const nodes = new Map(st.nodes.map((n) => [n.id, n]));
-  const graph = { ...state.graph, status: st.item.status, last_event_id: Math.max(state.graph.last_event_id, lastEventId || 0),
-    nodes: nodes.size ? state.graph.nodes.map((n) => nodes.get(n.id) || n) : state.graph.nodes };
+  let graphNodes = state.graph.nodes;
+  if (nodes.size) {
+    graphNodes = graphNodes.map((n) => nodes.get(n.id) || n);
+    const known = new Set(graphNodes.map((n) => n.id));
+    const added = st.nodes.filter((n) => !known.has(n.id));
+    if (added.length) graphNodes = graphNodes.concat(added).sort((x, y) => x.sequence - y.sequence);
+  }
+  const graph = { ...state.graph, status: st.item.status || state.graph.status,
+    last_event_id: Math.max(state.graph.last_event_id, lastEventId || 0), nodes: graphNodes,
+    edges: st.edges && st.edges.length ? state.graph.edges.concat(st.edges) : state.graph.edges };
   state.detail = { ...state.detail, ...st.item, events,
-    actions: merged(state.detail.actions, st.actions, (a, b) => a.sequence - b.sequence),
-    runs: merged(state.detail.runs, st.runs, byRunOrder) };
+    actions: merged(state.detail.actions, keepTexts(st.actions, state.detail.actions), (a, b) => a.sequence - b.sequence),
+    runs: merged(state.detail.runs, keepTexts(st.runs, state.detail.runs), byRunOrder) };
   shownRev = st.rev;
   drawGraph(graph);
   emit("detail", state.detail);

@@ -25,9 +25,10 @@ def apply(shown: dict, state: dict, event_id: int) -> dict:
     if state["base_rev"] is None:
         return {k: v for k, v in state.items() if k != "base_rev"}
     assert state["base_rev"] == shown["rev"]
-    nodes = {n["id"]: n for n in state["nodes"]}
-    graph = {**shown["graph"], "status": state["item"]["status"], "last_event_id": event_id,
-             "nodes": [nodes.get(n["id"], n) for n in shown["graph"]["nodes"]]}
+    nodes = {n["id"]: n for n in shown["graph"]["nodes"]} | {n["id"]: n for n in state["nodes"]}
+    graph = {**shown["graph"], "status": state["item"].get("status", shown["graph"]["status"]),
+             "last_event_id": event_id, "nodes": sorted(nodes.values(), key=lambda n: n["sequence"]),
+             "edges": shown["graph"]["edges"] + state.get("edges", [])}
     actions = {a["id"]: a for a in shown["actions"]} | {a["id"]: a for a in state["actions"]}
     runs = {r["id"]: r for r in shown["runs"]} | {r["id"]: r for r in state["runs"]}
     return {"rev": state["rev"], "graph": graph, "item": {**shown["item"], **state["item"]},
@@ -52,7 +53,7 @@ def test_a_diff_rebuilds_the_state_it_was_made_for(store):
     changed = [n["stage_id"] for n in diff["nodes"]]
     assert "a" in changed and "b" not in changed  # the claimed node (and c, which now waits on it less)
     assert [r["id"] for r in diff["runs"]] == [claim.run.pk]  # the new run
-    assert "workflow_snapshot" not in diff["item"]  # unchanged, not sent again
+    assert "workflow_snapshot" not in diff["item"] and "title" not in diff["item"]  # unchanged, not sent again
     rebuilt = apply(apply({}, before.full(98), 98), diff, 99)
     assert rebuilt == {k: v for k, v in after.full(99).items() if k != "base_rev"}
     # another item's state has another structure: never a diff, the whole state

@@ -1,0 +1,121 @@
+"""The work-item page's state (workcenter/item_page_state.py): what it leaves out (an action's
+texts, a run's response), the diff forms (what changed only; a retry's new action, node, run and
+edge travel in a diff; something gone is the whole state), and the route that reads the texts."""
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from workcenter import item_page_state, render, services
+
+from ..dashboard.test_live_state import apply
+
+pytestmark = pytest.mark.django_db
+
+STAGES = [{"id": f"s{i}", "type": "research", "objective": f"find out {i}"} for i in range(5)]
+
+
+def retried(store, retries, *, response=""):
+    """A linear item whose implement stage failed `retries + 1` times, retried by the lead."""
+    item = store.linear(title="Retried")
+    store.complete(store.claim_item(item.pk))
+    for i in range(retries + 1):
+        claim = store.claim_item(item.pk)
+        store.submit(claim, {"outcome": "failed", "error": f"compiler crashed ({i + 1})", "response": response})
+        if i < retries:
+            services.work_item_retry(item_id=item.pk, actor="user:lead", now=store.now())
+    return item
+
+
+def size(data) -> int:
+    return len(render.dumps(data))
+
+
+def test_the_state_leaves_the_long_texts_out(store):
+    item = retried(store, 1, response="x" * 20_000)
+    full = item_page_state.read(item.pk).full(1)
+    for action in full["actions"]:
+        assert not {"instruction", "context", "brief"} & set(action)
+    for run in full["runs"]:
+        assert not {"response", "evidence", "checkpoint", "role_snapshot"} & set(run)
+        assert {"status", "started_at", "ended_at", "owner_boot_id", "error", "summary"} <= set(run)
+    assert size(full) < 12_000  # a 20 KB response and every instruction stay out
+
+
+def test_a_progress_diff_carries_only_what_changed(store):
+    item = store.planned(STAGES)  # triage + 5 stages
+    claim = store.claim_item(item.pk)
+    before = item_page_state.read(item.pk)
+    store.complete(claim)
+    after = item_page_state.read(item.pk)
+    diff = after.diff(before, 2)
+    assert diff["base_rev"] == before.rev
+    assert set(diff["item"]) < set(after.item) and "workflow_snapshot" not in diff["item"]
+    assert [r["id"] for r in diff["runs"]] == [claim.run.pk]
+    assert "edges" not in diff
+    print("progress diff", size(diff), "bytes")
+    assert size(diff) <= 2048
+    assert apply(apply({}, before.full(1), 1), diff, 2) == _without_base(after.full(2))
+
+
+def _without_base(state):
+    return {k: v for k, v in state.items() if k != "base_rev"}
+
+
+def test_a_retry_is_a_diff_with_the_new_action_node_run_and_edge(store):
+    item = retried(store, 0)
+    before = item_page_state.read(item.pk)
+    services.work_item_retry(item_id=item.pk, actor="user:lead", now=store.now())
+    retried_state = item_page_state.read(item.pk)
+    diff = retried_state.diff(before, 5)
+    assert diff["base_rev"] == before.rev
+    new_ids = set(retried_state.actions) - set(before.actions)
+    assert len(new_ids) == 1 and new_ids <= {a["id"] for a in diff["actions"]} and new_ids <= {n["id"] for n in diff["nodes"]}
+    assert [e["target_action_id"] for e in diff["edges"]] == list(new_ids)
+    print("retry diff", size(diff), "bytes")
+    assert size(diff) <= 4096
+    rebuilt = apply(apply({}, before.full(4), 4), diff, 5)
+    assert rebuilt == _without_base(retried_state.full(5))
+    # and the claim that follows: a diff on the retry's state
+    store.claim_item(item.pk)
+    claimed = item_page_state.read(item.pk)
+    assert apply(rebuilt, claimed.diff(retried_state, 6), 6) == _without_base(claimed.full(6))
+
+
+def test_something_gone_is_the_whole_state(store):
+    item = retried(store, 1)
+    now = item_page_state.read(item.pk)
+    later = retried(store, 2)  # another item: none of these nodes, actions or runs
+    assert item_page_state.read(later.pk).diff(now, 9)["base_rev"] is None
+
+
+def test_the_whole_state_grows_little_per_retry(store):
+    once = size(item_page_state.read(retried(store, 1).pk).full(1))
+    many = size(item_page_state.read(retried(store, 17).pk).full(1))
+    print("whole state after 1 and 17 retries", once, many)
+    assert many < 100_000 * 0.4  # it was 100 KB
+
+
+def test_the_instruction_route_reads_an_actions_texts(store, viewer):
+    item = store.planned(STAGES)
+    action = store.by_stage(item.pk)["s1"]
+    client = Client()
+    client.force_login(viewer)
+    body = client.get(f"/api/v1/work-items/{item.pk}/actions/{action.pk}/instruction").json()
+    assert body == {"action_id": action.pk, "instruction": action.instruction, "brief": action.brief,
+                    "context": action.context}
+    assert action.instruction
+    missing = client.get(f"/api/v1/work-items/{item.pk}/actions/nope/instruction")
+    assert missing.status_code == 404 and missing.json()["code"] == "not_found"
+    assert client.get(f"/api/v1/work-items/nope/actions/{action.pk}/instruction").status_code == 404
+    assert Client().get(f"/api/v1/work-items/{item.pk}/actions/{action.pk}/instruction").status_code == 401
+
+
+def test_get_state_answers_the_shape_the_stream_pushes_whole(store, viewer):
+    item = retried(store, 1)
+    client = Client()
+    client.force_login(viewer)
+    answered = client.get(f"/api/v1/work-items/{item.pk}/state").json()
+    pushed = render.loads(render.dumps(item_page_state.read(item.pk).full(answered["graph"]["last_event_id"])))
+    assert answered == pushed
+
