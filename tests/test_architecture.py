@@ -138,7 +138,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("database toolkit", ("workcenter.db", "workcenter.db.*")),
     ("events and auth", ("workcenter.events", "workcenter.auth")),
     ("services", ("workcenter.services", "workcenter.services.*")),
-    ("reads", ("workcenter.selectors", "workcenter.overview", "workcenter.worker_figures", "workcenter.item_page_state")),
+    ("reads", ("workcenter.selectors", "workcenter.overview", "workcenter.worker_figures", "workcenter.item_page_state",
+               "workcenter.stage_durations")),
     # what a request, a command, a worker in this process or a page comes in by
     ("ways in", (
         "workcenter.api", "workcenter.dispatch", "workcenter.dispatch.*", "workcenter.schemas_in",

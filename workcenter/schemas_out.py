@@ -390,6 +390,11 @@ class GraphNodeOut(Schema):
     lease: Optional[LeaseOut] = None
     run: Optional[NodeRunOut] = None
     blocked_by: list[str]
+    # additions (docs/api.md): a running stage whose run can no longer renew (its item went to
+    # needs_attention, …) and its stage's usual duration (workcenter/stage_durations.py)
+    stopping: bool = False
+    usual_duration_s: Optional[int] = None
+    overdue_after_s: Optional[int] = None
 
 
 class GraphEdgeOut(Schema):

@@ -11,7 +11,7 @@ from datetime import datetime
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Count, Max, OuterRef, Q, Subquery, Sum
 
-from . import clock, db
+from . import clock, db, stage_durations
 from .domain import rules
 from .errors import InvalidInput, NotFound
 from .events import EVENT_ORDER_LOCK, stream_read
@@ -467,9 +467,15 @@ def graph_snapshot(item_id: str, *, detail: dict | None = None, last_event_id: i
         return holder_cache[0]
 
     names = _stage_names(item.workflow_snapshot)
+    usual = stage_durations.figures() if any(a.status == ActionStatus.RUNNING for a in nodes) else {}
     out_nodes = []
     for a in nodes:
         run = runs.get(a.current_run_id) if a.status == ActionStatus.RUNNING else None
+        # a running stage's usual figures (workcenter/stage_durations.py), and whether its run is an
+        # orphan whose renewals are refused (DOMAIN §6.1: e.g. a graph sibling of a failed stage)
+        figures = usual.get((item.workflow_template, a.effective_stage_id)) if run is not None else None
+        stopping = run is not None and rules.lease_check(run, a, item, run.owner_boot_id, run.lease_epoch,
+                                                         clock.now(), require_live=False)[0] is None
         out_nodes.append({
             "id": a.pk,
             "stage_id": a.effective_stage_id,
@@ -488,6 +494,9 @@ def graph_snapshot(item_id: str, *, detail: dict | None = None, last_event_id: i
             "run": _node_run(latest.get(a.pk)),
             "blocked_by": (_blocked_by(a, item, canonical, running, holders)
                            if a.status == ActionStatus.READY else []),
+            "stopping": stopping,
+            "usual_duration_s": figures and figures[0],
+            "overdue_after_s": figures and figures[1],
         })
     return {
         "work_item_id": item.pk,
