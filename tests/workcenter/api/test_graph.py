@@ -45,7 +45,9 @@ def test_graph_of_a_planned_item_with_dependency_reasons(api, viewer):
     assert [n["stage_id"] for n in graph["nodes"]] == ["triage", "a", "b", "c"]
     nodes = _nodes(graph)
     assert set(nodes["a"]) == {"id", "stage_id", "type", "name", "status", "attempt", "max_attempts",
-                               "workspace_mode", "sequence", "lease", "blocked_by", "run"}
+                               "workspace_mode", "sequence", "lease", "blocked_by", "run",
+                               "stopping", "usual_duration_s", "overdue_after_s"}  # the last three: additions
+    assert nodes["a"]["stopping"] is False and nodes["a"]["usual_duration_s"] is None
     assert nodes["a"]["name"] == "Collect" and nodes["b"]["name"] == "b"
     assert nodes["triage"]["status"] == "completed" and nodes["triage"]["blocked_by"] == []
     assert {(e["source"], e["target"]) for e in graph["edges"]} == {("triage", "a"), ("a", "b"), ("triage", "c")}
