@@ -5,7 +5,8 @@ it) is evaluated in each page through DevTools, which the pages' Content-Securit
 govern, and runs on the whole document with its default WCAG 2.x A/AA rules, contrast included.
 Pages: the list, its New work item dialog and its bulk Retry and Cancel dialogs; the work item
 page with the graph tab, the Timeline tab and the side panel open, its Retry and Cancel dialogs;
-the Workers page. Each is checked once the page is live and its transitions have finished. The
+the Workers page; the list and the Workers page again at 800 px. Each is checked once the page is
+live and its transitions have finished. The
 violations found on each page are printed (-s shows them), all of them, then the test fails on
 the serious and critical ones.
 """
@@ -168,5 +169,13 @@ def test_no_serious_or_critical_violations(page, daphne_server, items, scheme):
     page.wait_for_selector('#workers tr[data-boot="boot-77d0e1aa"]')
     wait_live(page)
     audit.check("workers")
+
+    # the narrow layouts (the list's stage words below their names, the Workers' two-line headings)
+    page.set_viewport_size({"width": 800, "height": 900})
+    audit.check("workers at 800 px")
+    page.goto(f"{base}/")
+    page.wait_for_selector(f'#items tr[data-id="{items["cancelled"].pk}"]')
+    wait_live(page)
+    audit.check("list at 800 px")
 
     assert not audit.blocking(), audit.blocking()
