@@ -5,7 +5,7 @@ it) is evaluated in each page through DevTools, which the pages' Content-Securit
 govern, and runs on the whole document with its default WCAG 2.x A/AA rules, contrast included.
 Pages: the list, its New work item dialog and its bulk Retry and Cancel dialogs; the work item
 page with the graph tab, the Timeline tab and the side panel open, its Retry and Cancel dialogs;
-the Workers page; the list and the Workers page again at 800 px. Each is checked once the page is
+the Workers page; the list, the Workers page and the item page (panel open) again at 800 px. Each is checked once the page is
 live and its transitions have finished. The
 violations found on each page are printed (-s shows them), all of them, then the test fails on
 the serious and critical ones.
@@ -177,5 +177,11 @@ def test_no_serious_or_critical_violations(page, daphne_server, items, scheme):
     page.wait_for_selector(f'#items tr[data-id="{items["cancelled"].pk}"]')
     wait_live(page)
     audit.check("list at 800 px")
+    page.goto(f"{base}/work-items/{items['failed'].pk}/")
+    page.wait_for_selector('#graph g.node[data-stage="implement"]')
+    wait_live(page)
+    page.click('#graph g.node[data-stage="implement"]')
+    page.wait_for_selector("#panel:not([hidden])")
+    audit.check("item at 800 px, panel open")
 
     assert not audit.blocking(), audit.blocking()
