@@ -5,10 +5,10 @@ it) is evaluated in each page through DevTools, which the pages' Content-Securit
 govern, and runs on the whole document with its default WCAG 2.x A/AA rules, contrast included.
 Pages: the list, its New work item dialog and its bulk Retry and Cancel dialogs; the work item
 page with the graph tab, the Timeline tab and the side panel open, its Retry and Cancel dialogs;
-the Workers page; the list, the Workers page and the item page (panel open) again at 800 px. Each is checked once the page is
-live and its transitions have finished. The
-violations found on each page are printed (-s shows them), all of them, then the test fails on
-the serious and critical ones.
+the Workers page; the list, the Workers page and the item page (panel open) again at 800 px.
+Each is checked once the page is live and its transitions have finished. The violations found on
+each page are printed (-s shows them), all of them, then the test fails on the serious and
+critical ones.
 """
 from __future__ import annotations
 
