@@ -216,15 +216,22 @@ export function describeError(err, what) {
 
 const STATE_LABEL = {
   connecting: "Connecting…", live: "Live", reconnecting: "Reconnecting…", catching_up: "Catching up…",
-  signed_out: "Signed out — reload", forbidden: "No access",
+  signed_out: "Signed out — reload", forbidden: "No access", silent: "No word from the server",
 };
 
-export function showConnection(state, detail = "") {
+// The server sends {"type": "heartbeat"} every `heartbeat_s` seconds (the hello says how often,
+// dashboard/stream/heartbeat.py): past this many intervals without any message the stream is
+// called silent, a stopped or hung server, or a connection that died without a close.
+export const SILENT_BEATS = 2.5;
+
+export function showConnection(state, detail = "", label = "") {
   const el = document.getElementById("conn");
   if (!el) return;
   el.dataset.state = state;
-  el.querySelector(".conn-label").textContent = STATE_LABEL[state] || state;
-  el.title = detail || STATE_LABEL[state] || state;
+  const text = label || STATE_LABEL[state] || state;
+  const node = el.querySelector(".conn-label");
+  if (node.textContent !== text) node.textContent = text;
+  el.title = detail || text;
 }
 
 /**
@@ -249,12 +256,33 @@ export class LiveStream {
     this.catchUpTo = 0;
     this.stopped = false;
     this.state = "connecting";
+    this.beatMs = 0; // the hello's heartbeat_s, in ms; 0: the server sends none
+    this.heardAt = 0; // performance.now() of the last message
+    this.quietState = null; // while silent: the state to return to when a message arrives
     window.addEventListener("online", () => this.reconnectNow());
+    this.watch = setInterval(() => this.checkSilence(), 1000); // one timer per stream
   }
 
-  setState(state, detail) {
+  setState(state, detail, label) {
     this.state = state;
-    this.onState(state, detail);
+    this.onState(state, detail, label);
+  }
+
+  /** Once a second: a stream silent past SILENT_BEATS heartbeats says so, counting up. */
+  checkSilence(now = performance.now()) {
+    if (!this.beatMs || !this.ws || !this.heardAt) return;
+    if (this.state !== "silent" && this.state !== "live" && this.state !== "catching_up") return;
+    const quiet = now - this.heardAt;
+    if (quiet <= SILENT_BEATS * this.beatMs) return;
+    if (this.state !== "silent") this.quietState = this.state;
+    const s = Math.floor(quiet / 1000);
+    this.setState("silent", `No message, not even a heartbeat (every ${Math.round(this.beatMs / 1000)} s), for ${s} s: `
+      + "the server may be stopped or the connection lost", `No word from the server for ${s} s`);
+  }
+
+  heard() {
+    this.heardAt = performance.now();
+    if (this.state === "silent") { const back = this.quietState || "live"; this.quietState = null; this.setState(back); }
   }
 
   url() {
@@ -277,6 +305,7 @@ export class LiveStream {
     this.ws = ws;
     ws.onmessage = (m) => {
       if (ws !== this.ws) return;
+      this.heard();
       let msg;
       try { msg = JSON.parse(m.data); } catch { return; }
       this.handle(msg);
@@ -292,8 +321,10 @@ export class LiveStream {
   }
 
   handle(msg) {
+    if (msg.type === "heartbeat") return;
     if (msg.type === "hello") {
       this.attempt = 0;
+      this.beatMs = Number(msg.heartbeat_s || 0) * 1000;
       const serverLast = Number(msg.last_event_id || 0);
       const first = this.lastId === null;
       if (first) this.lastId = serverLast;

@@ -43,6 +43,21 @@ const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ESC[c]);
 const clip = (s, n) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
 const f1 = (v) => (Math.round(v * 10) / 10).toString();
 
+/** A running stage whose run has lasted past its stage's usual duration (the node's
+ *  `overdue_after_s`, from earlier runs of the same workflow and stage; docs/dashboard.md). */
+export function overdue(n, now = Date.now()) {
+  return !!(n.overdue_after_s && n.run && !n.run.ended_at && runDurationMs(n.run, now) > n.overdue_after_s * 1000);
+}
+
+/** What a stopping node (an orphan: its run's renewals are refused, DOMAIN §6.1) says, short
+ *  (the node) and whole (its tooltip and the panel). */
+export function stoppingWords(graph) {
+  if (graph && graph.status === "needs_attention") {
+    return { short: "runs again after a retry", long: "stopping: the item needs attention; this stage runs again after a retry" };
+  }
+  return { short: "its run is being stopped", long: "stopping: this run no longer holds the stage; it ends when its lease does" };
+}
+
 function svgEl(tag, attrs = {}) {
   const el = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
@@ -607,7 +622,7 @@ export class GraphView {
     return [n.id, n.status, n.name, n.type, n.attempt, n.max_attempts, n.workspace_mode,
       lease ? `${lease.owner_boot_id}|${lease.lease_epoch}|${lease.expires_at}|${lease.renewed_at}` : "",
       run ? `${run.id}|${run.status}|${run.started_at}|${run.ended_at}` : "",
-      (n.blocked_by || []).join("|"), n.attempts, n.since, n.loop_back, n.action_status].join("§");
+      (n.blocked_by || []).join("|"), n.attempts, n.since, n.loop_back, n.action_status, n.stopping, n.overdue_after_s].join("§");
   }
 
   /** The lease's liveness: {stale, silentMs, remaining, span}, or null without a lease. */
@@ -621,8 +636,10 @@ export class GraphView {
   }
 
   extraLine(n, live) {
+    if (n.stopping) return { cls: "node-extra node-stopping", text: stoppingWords(this.graph).short };
     if (live) {
       if (live.stale) return { cls: "node-extra node-hb", text: `⚠ no heartbeat for ${formatDuration(live.silentMs)}` };
+      if (overdue(n)) return { cls: "node-extra node-overdue", text: `⚠ usually ≤ ${formatDuration(n.usual_duration_s * 1000)}` };
       return { cls: "node-extra", text: `${shortId(n.lease.owner_boot_id, 6)} e${n.lease.lease_epoch}` };
     }
     if ((n.blocked_by || []).length) return { cls: "node-extra node-why", text: clip(n.blocked_by[0], 30) };
@@ -639,7 +656,7 @@ export class GraphView {
   nodeInner(entry, n, now) {
     const lease = n.lease;
     const live = this.liveness(lease, now);
-    const label = LABEL[n.status] || n.status;
+    const label = n.stopping ? "stopping" : LABEL[n.status] || n.status;
     const attempt = `${n.attempt}/${n.max_attempts}`;
     const mode = MODE_MARK[n.workspace_mode] || n.workspace_mode;
     const attempts = n.attempts || 0;
@@ -654,6 +671,8 @@ export class GraphView {
       tip.push(`lease: worker ${lease.owner_boot_id}, epoch ${lease.lease_epoch}, expires ${new Date(lease.expires_at).toLocaleTimeString()}`
         + `, renewed ${new Date(lease.renewed_at).toLocaleTimeString()}`);
     }
+    if (n.stopping) tip.push(stoppingWords(this.graph).long);
+    else if (n.usual_duration_s) tip.push(`usually takes ≤ ${formatDuration(n.usual_duration_s * 1000)}; longer than usual after ${formatDuration(n.overdue_after_s * 1000)}`);
     if (attempts > 1) tip.push(`${attempts} attempts (runs) of this stage: open it to see each`);
     if (n.loop_back) tip.push(`requested changes ${n.loop_back} time${n.loop_back === 1 ? "" : "s"}`);
     if ((n.blocked_by || []).length) tip.push("blocked by:", ...n.blocked_by.map((b) => `• ${b}`));
@@ -681,7 +700,7 @@ export class GraphView {
       + `<text class="node-name" x="14" y="22">${esc(clip(n.name, nameChars))}</text>`
       // the lines are parted by a space, undrawn, so their text reads as words (the accessible name, speak)
       + ` <text class="node-sub" x="14" y="39">${esc(clip(n.type, 12))} · ${attempt} · <tspan class="mode" data-mode="${esc(n.workspace_mode)}">${esc(mode)}</tspan></text>`
-      + ` <text class="node-status" x="14" y="56">${esc(ICON[n.status] || "•")} ${esc(label)}`
+      + ` <text class="node-status" x="14" y="56">${esc(n.stopping ? "■" : ICON[n.status] || "•")} ${esc(label)}`
       + `${dur ? ` · ${since && n.status === "waiting" ? "for " : ""}<tspan class="node-dur">${esc(dur)}</tspan>${since && n.status === "failed" ? " ago" : ""}` : ""}</text>`
       + (extra ? ` <text class="${extra.cls}" x="14" y="72">${esc(extra.text)}</text>` : "")
       + right.join("");
@@ -692,7 +711,9 @@ export class GraphView {
     const cls = ["node"];
     if ((n.blocked_by || []).length) cls.push("blocked");
     if (live && live.remaining === 0) cls.push("lease-expired");
-    if (live && live.stale) cls.push("hb-stale");
+    if (live && live.stale && !n.stopping) cls.push("hb-stale");
+    if (n.stopping) cls.push("stopping");
+    else if (overdue(n, now)) cls.push("overdue");
     if ((n.attempts || 0) > 1) cls.push("folded");
     return cls;
   }
@@ -769,7 +790,8 @@ export class GraphView {
         if (entry.extra.getAttribute("class") !== extra.cls) entry.extra.setAttribute("class", extra.cls);
       }
       if (said) this.speak(entry);
-      entry.el.classList.toggle("hb-stale", live.stale);
+      entry.el.classList.toggle("hb-stale", live.stale && !n.stopping);
+      entry.el.classList.toggle("overdue", overdue(n, now) && !n.stopping);
       entry.el.classList.toggle("lease-expired", live.remaining === 0);
       if (entry.ring) entry.ring.setAttribute("stroke-dashoffset", (RING_C * (1 - Math.min(1, live.remaining / live.span))).toFixed(2));
     }

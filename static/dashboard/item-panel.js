@@ -5,6 +5,7 @@ import {
   showError, timeEl,
 } from "./common.js";
 import { $, base, config, emit, graphView, on, refreshAll, refreshers, state } from "./item-core.js";
+import { stoppingWords } from "./graph.js";
 import { onTick, runsOfNode } from "./item-runs.js";
 
 // the run the timeline opened: its card stays marked across live re-renders until another opens
@@ -163,6 +164,10 @@ function renderPanel(node) {
     ["Workspace", action.workspace_mode], ["Sequence", String(action.sequence)], ["Action", shortId(action.id, 12)]];
   if (runs.length) facts.splice(3, 0, ["Run time", stageRunTime(runs)]);
   if (node.lease) facts.push(["Lease", `worker ${shortId(node.lease.owner_boot_id)} · epoch ${node.lease.lease_epoch} · expires ${absTime(node.lease.expires_at)}`]);
+  if (node.stopping) facts.push(["Now", stoppingWords(state.graph).long]);
+  else if (node.usual_duration_s) {
+    facts.push(["Usually", `≤ ${formatDuration(node.usual_duration_s * 1000)}; longer than usual after ${formatDuration(node.overdue_after_s * 1000)}`]);
+  }
   const content = [
     h("dl", { class: "facts" }, ...facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     (node.blocked_by || []).length ? section("Blocked by", h("ul", { class: "blocked-list" }, ...node.blocked_by.map((b) => h("li", {}, b)))) : null,
