@@ -1,5 +1,10 @@
 // The stage graph (UI.md "graph"): a layered layout drawn as SVG, updated in place.
 //
+// One node per stage, linear and graph items alike (item-stages.js folds a linear item's action
+// per retry or review loop into its stage): the node shows its stage's current status and a
+// count of its attempts ("×18"); a review that requested changes draws a back-edge to the stage
+// it sent the work back to ("↺ ×2"). The path to a failed stage is red, to a waiting one amber.
+//
 // setGraph() diffs the new snapshot against what is drawn: when the node and edge sets are the
 // same only the changed nodes are restyled (no layout); when they differ (plan applied, changes
 // requested) the layout is recomputed and nodes glide to their new places.

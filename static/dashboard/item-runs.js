@@ -1,7 +1,9 @@
 // Where the time of a work item went: the rules shared by the header and the side panel
 // (elapsed, time running, time waiting on a person) and the timeline view, a tab beside the
-// graph: one row per stage, a bar per run from its claim to its end coloured by outcome, a bar
-// that grows while a run runs, and hatched spans where the item waited on a person.
+// graph: one row per stage with the attempts its graph node counts (item-stages.js, one
+// computation for both tabs), a bar per run from its claim to its end coloured by outcome (at
+// least 8 px wide, its duration written on it where it fits), a bar that grows while a run runs,
+// and hatched spans where the item waited on a person; the axis fits the runs and the waits.
 //
 // Every duration goes through common.js's runDurationMs and formatDuration, so the header, the
 // panel, the graph's nodes and the timeline agree to the second.

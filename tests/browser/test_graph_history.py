@@ -131,6 +131,7 @@ def test_a_linear_stage_retried_17_times_is_one_node_with_18_attempts(page, daph
     assert "#1" in first and "failed" in first and "compiler crashed (1)" in first
     assert "50 s" in first and "boot-A" in first  # the worker
     assert "Then retried by lead." in first
+    page.locator("#panel-body h3", has_text="Attempts").scroll_into_view_if_needed()
     screenshot(page, "history-retried-panel-1280-light.png")
     page.keyboard.press("Escape")
 
