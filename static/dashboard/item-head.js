@@ -4,6 +4,8 @@ import { formatCount, formatDuration, h, setBadge, timeEl } from "./common.js";
 import { $, on, state } from "./item-core.js";
 import { itemTimes, onTick } from "./item-runs.js";
 
+const MODE_WORDS = { graph: "parallel stages", linear: "stages in order" };
+
 function timeItem(key, label, title) {
   return h("div", { class: "meta-item meta-time", dataset: { time: key }, title },
     h("dt", {}, label), h("dd", {}, ""));
@@ -38,7 +40,10 @@ function renderHead(d) {
   // compact: one line of times, one of facts (it still fits at 800 px)
   const meta = [
     ["Usage", `${plural(d.runs.length, "run")} · ${plural(stats.total_tokens || 0, "token")} · ${plural(stats.tool_count || 0, "tool call")}`],
-    ["Workflow", [d.workflow_template, d.work_item_type, d.execution_mode, d.planning_mode === "ai" ? "planned" : null].filter(Boolean).join(" · ")],
+    // the mode in words (the stored names, graph / linear and ai planning, are on hover)
+    ["Workflow", h("span", { title: `execution_mode ${d.execution_mode} · planning_mode ${d.planning_mode || "static"}` },
+      [d.workflow_template, d.work_item_type, MODE_WORDS[d.execution_mode] || d.execution_mode,
+        d.planning_mode === "ai" ? "planned by triage" : null].filter(Boolean).join(" · "))],
     ["Revision", String(d.revision)],
     ["Workspace", d.workspace_key || d.work_dir || "—"],
     ["Updated", timeEl(d.updated_at)],
