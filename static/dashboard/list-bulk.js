@@ -175,8 +175,17 @@ export class BulkSelection {
         h("legend", {}, h("span", { class: "answer-stage" }, w.stage_id), h("span", { class: "answer-since muted" }, since)),
         h("p", { class: "quote answer-question" }, w.waiting_reason || "(no question given)"),
         h("label", { for: id }, "Your answer ", h("span", { class: "muted" }, "(required)")),
-        h("textarea", { id, rows: "2", maxlength: String(MAX_ANSWER), dataset: { item: row.id, actionId: w.action_id } }));
+        this.answerArea(id, row.id, w.action_id));
     }));
+  }
+
+  answerArea(id, itemId, actionId) {
+    const area = h("textarea", { id, rows: "2", maxlength: String(MAX_ANSWER), dataset: { item: itemId, actionId } });
+    area.addEventListener("input", () => { // a refusal for a missing answer is out of date once the lead types
+      area.removeAttribute("aria-invalid");
+      showError(document.getElementById("bulk-error"), "");
+    });
+    return area;
   }
 
   /** The answer boxes of the allowed rows, in order. */
