@@ -5,7 +5,10 @@ goes through a service. Repairs are admin actions — on Action: reset to ready,
 (instruction, brief, max_attempts, workspace_mode); on Run: release — that first show a
 confirmation page with a required reason (≤ 2 000 characters), then call the service once per
 selected row with actor `admin:<username>` and report each row's success or the service's error
-as a message. The Action and Run change pages offer the same repairs as object tools.
+as a message. The Action and Run change pages offer the same repairs as object tools. The
+confirmation names each row as a repair needs it: work item (linked), stage, worker, lease epoch,
+time since the last renewal. The runs list keeps one line a run at 1280 px and filters the leases
+to repair: "not renewing" (the Workers page's half-lease rule) and "lease expired".
 
 Permissions: seeing a model needs its view permission (or superuser). The repairs need
 `workcenter.change_workitem` — the permission the API asks for retry, cancel and guidance —
@@ -320,7 +323,6 @@ def repair_facts(obj, now: datetime) -> dict:
             "epoch": run.lease_epoch, "status": run.status, "renewed_ago": age((now - renewed).total_seconds()),
             "renewed_at": when(renewed), "lease": lease_words(run, now),
             "not_renewing": lease_not_renewing(run, now), "expired": lease_expired(run, now),
-            "started_ago": age((now - run.started_at).total_seconds()),
         }
     return facts
 
