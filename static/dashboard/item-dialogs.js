@@ -13,13 +13,16 @@ const RETRYABLE = new Set(["waiting", "needs_attention"]);
 const PREVIEW_IDS = 16; // the preview's action_id query takes at most this many stages
 const MAX_ANSWER = 8000;
 
+// each button only for whom the API takes it (config.may: dashboard/views.py, the routes' own
+// permission checks) and only in a state the API takes it in
 function renderButtons(d) {
   if (!config.can_change) return;
-  $("btn-retry").hidden = !RETRYABLE.has(d.status);
+  const may = config.may || {};
+  $("btn-retry").hidden = !may.retry || !RETRYABLE.has(d.status);
   $("btn-retry").textContent = d.status === "waiting" ? "Answer & retry…" : "Retry…";
-  $("btn-cancel").hidden = TERMINAL.has(d.status);
-  $("btn-edit").hidden = TERMINAL.has(d.status);
-  $("btn-start").hidden = d.status !== "draft";
+  $("btn-cancel").hidden = !may.cancel || TERMINAL.has(d.status);
+  $("btn-edit").hidden = !may.edit || TERMINAL.has(d.status);
+  $("btn-start").hidden = !may.start || d.status !== "draft";
 }
 
 // --- shared ------------------------------------------------------------------------------------
