@@ -693,7 +693,7 @@ export class GraphView {
       const text = `×${attempts}`;
       const w = 14 + 8 * text.length;
       right.push(` <g class="node-badge" transform="translate(${NODE_W - 10 - used - w},6)" data-attempts="${attempts}"><rect width="${w}" height="20" rx="10"/>`
-        + `<text x="${w / 2}" y="15" text-anchor="middle" aria-label="${attempts} attempts">${text}</text></g>`);
+        + `<text x="${w / 2}" y="15" text-anchor="middle">${text}</text></g>`);
       used += w + 6;
     }
     const nameChars = Math.floor((NODE_W - 24 - used) / 8.6);

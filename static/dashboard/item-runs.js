@@ -230,7 +230,7 @@ function render(force = false) {
     frag.append(h("div", { class: "tl-row", role: "listitem", dataset: { stage: row.stage, status: row.status, attempts: String(count) } },
       h("div", { class: "tl-label", title: `${row.name} — ${STATUS_LABEL[row.status] || row.status}${count > 1 ? ` — ${count} attempts` : ""}` },
         h("span", { class: "dot", dataset: { status: row.status }, "aria-hidden": "true" }), h("span", { class: "tl-name" }, row.name),
-        h("span", { class: "tl-count muted", "aria-label": count > 1 ? `${count} attempts` : null }, count > 1 ? `×${count}` : "")),
+        h("span", { class: "tl-count muted" }, count > 1 ? `×${count}` : "")),
       track));
   }
   body.append(h("div", { class: "tl-grid", "aria-hidden": "true" }), frag);

@@ -162,7 +162,7 @@ def test_a_linear_stage_retried_17_times_is_one_node_with_18_attempts(page, daph
     # one legend: the toolbar's, with the waiting keys; none inside the Timeline
     assert page.locator("#runs-view .tl-key").count() == 0
     assert page.locator('.legend .legend-item[data-key="attention"]').is_visible()
-    screenshot(page, "history-retried-timeline-1280-light.png")
+    screenshots(page, "history-retried-timeline")
     # a bar opens its attempt in the panel
     page.click(f'#runs-view .tl-bar[data-run="{newest_first[-1]}"]')
     page.wait_for_selector(f'#panel-body li.attempt.marked[data-id="{newest_first[-1]}"]')
