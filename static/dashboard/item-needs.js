@@ -88,7 +88,7 @@ function render() {
     h("div", { class: "needs-body" },
       h("h2", { class: "needs-title", id: "needs-title" }, title),
       h("ul", { class: "needs-list" }, ...blocked.map(stageRow))),
-    button);
+    ...(button ? [button] : [])); // a viewer gets no button (replaceChildren would write "null")
   banner.hidden = false;
 }
 

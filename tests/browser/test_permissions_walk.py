@@ -97,6 +97,12 @@ def probes(items):
     }
 
 
+def no_stray_words(page, where):
+    """A control left out must leave nothing behind: no "null" or "undefined" written in its place."""
+    words = set(page.locator("main").inner_text().split())
+    assert not words & {"null", "undefined", "NaN"}, (where, words & {"null", "undefined", "NaN"})
+
+
 def visible(page, selector) -> bool:
     loc = page.locator(selector)
     return loc.count() > 0 and loc.first.is_visible()
@@ -131,6 +137,7 @@ def walk(page, server, items, who) -> dict[str, bool]:
             open_and_close(page, f"#bulk-{op}", "#bulk-dialog",
                            "document.querySelectorAll('#bulk-rows .bulk-row').length === 1", "#bulk-error")
         page.click("#bulk-clear")
+    no_stray_words(page, "list")
     screenshot(page, f"permissions-list-{who}-1280.png")
     # the failed item: Retry, Edit contract, Cancel and their dialogs
     page.goto(f"{server.url}/work-items/{f.pk}/")
@@ -149,6 +156,8 @@ def walk(page, server, items, who) -> dict[str, bool]:
     if offered["cancel"]:
         open_and_close(page, "#btn-cancel", "#cancel-dialog",
                        "!document.querySelector('#cancel-confirm').disabled", "#cancel-error")
+    wait_for_js(page, "!document.querySelector('#needs-banner').hidden")
+    no_stray_words(page, "item")
     screenshot(page, f"permissions-item-{who}-1280.png")
     # the running item: guidance in the current stage's panel
     page.goto(f"{server.url}/work-items/{r.pk}/")
@@ -168,6 +177,7 @@ def walk(page, server, items, who) -> dict[str, bool]:
     offered["release"] = page.locator(f'#workers tr[data-boot="{BOOT}"] a.release-link').count() > 0
     # nothing else leads to the admin: the top bar's Admin link is the admin's own door (staff)
     offered["admin"] = visible(page, '.topnav a[href="/admin/"]')
+    no_stray_words(page, "workers")
     screenshot(page, f"permissions-workers-{who}-1280.png")
     return offered
 
