@@ -22,6 +22,13 @@ between. The wire form (`state` in the per-item stream's messages, API additions
   retry (new actions, runs, nodes and edges) is a diff; a node, edge, action or run gone or the
   execution mode changed is a full state, never a diff.
 
+* hello: the full form without a stage's earlier attempts, and `"left_out": {"actions", "runs",
+  "nodes", "edges"}` counting what it leaves out (`Snapshot.hello`): the ended actions that are
+  not their stage's newest (with their nodes and the edges touching them) and the ended runs that
+  are not their stage's newest. Its rev is the whole state's: a page that holds those rows from
+  its earlier reads (they no longer change) puts them back; one that holds fewer reads the whole
+  state (`GET …/state`, the full form, nothing left out).
+
 The item's fields are those of WorkItemDetail minus `actions`, `runs` and `events` (the stream's
 events are the timeline). The actions and runs are their state forms (schemas_out.StateActionOut,
 StateRunOut): what the page draws, bounded per attempt, without an action's instruction, brief
@@ -40,6 +47,9 @@ from .schemas_out import DetailView, GraphOut, StateActionOut, StateRunOut, Work
 # WorkItemDetail's fields that the state leaves out of its `item`
 LEFT_OUT = ("actions", "runs", "events")
 _GONE = object()
+# an action in one of these statuses no longer changes unless it is its stage's newest (a graph
+# item resets that one in place; a linear item appends a new one)
+ENDED_ACTIONS = frozenset({"completed", "failed", "superseded", "cancelled"})
 
 
 class Snapshot:
@@ -86,6 +96,42 @@ class Snapshot:
                  "edges": self.edges, "last_event_id": at_id}
         return {"rev": self.rev, "base_rev": None, "item": self.item, "graph": graph,
                 "actions": list(self.actions.values()), "runs": list(self.runs.values())}
+
+    def hello(self, at_id: int) -> dict:
+        """The whole state as a hello carries it: without a stage's earlier attempts, so that its
+        size does not grow with the retries (module doc). Left out: the actions that ended
+        (`ENDED_ACTIONS`) and are not their stage's newest, their graph nodes and the edges that
+        touch them, and the runs that ended and are not their stage's newest; `left_out` counts
+        them. Those rows no longer change: a page that holds them from an earlier read keeps
+        them, one that holds fewer reads the whole state back (GET …/state)."""
+        newest: dict[str, dict] = {}
+        for action in self.actions.values():
+            held = newest.get(action["stage_id"])
+            if held is None or action["sequence"] > held["sequence"]:
+                newest[action["stage_id"]] = action
+        old = {k for k, a in self.actions.items()
+               if a["status"] in ENDED_ACTIONS and newest[a["stage_id"]] is not a}
+        stage_of = {k: a["stage_id"] for k, a in self.actions.items()}
+        last_run: dict[str, dict] = {}
+        for run in self.runs.values():
+            stage = stage_of.get(run["action_id"])
+            held = last_run.get(stage)
+            if held is None or (run["started_at"], run["id"]) > (held["started_at"], held["id"]):
+                last_run[stage] = run
+        old_runs = {k for k, r in self.runs.items()
+                    if r["ended_at"] is not None and last_run.get(stage_of.get(r["action_id"])) is not r}
+        if not old and not old_runs:
+            return self.full(at_id)
+        state = self.full(at_id)
+        graph = state["graph"]
+        nodes = [n for n in graph["nodes"] if n["id"] not in old]
+        edges = [e for e in graph["edges"] if e["source_action_id"] not in old and e["target_action_id"] not in old]
+        state["graph"] = {**graph, "nodes": nodes, "edges": edges}
+        state["actions"] = [a for a in state["actions"] if a["id"] not in old]
+        state["runs"] = [r for r in state["runs"] if r["id"] not in old_runs]
+        state["left_out"] = {"actions": len(old), "runs": len(old_runs), "nodes": len(graph["nodes"]) - len(nodes),
+                             "edges": len(graph["edges"]) - len(edges)}
+        return state
 
     def diff(self, before: "Snapshot", at_id: int) -> dict:
         """What changed since `before` (a diff on `before.rev`): what is new or changed; the full

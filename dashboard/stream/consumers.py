@@ -215,7 +215,7 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
         last = selectors.item_last_event_id(self.item_id)
         snapshot = item_state.read(self.item_id)
         publisher.states.seed(self.item_id, last, snapshot)  # the next event: a diff on this state
-        state = snapshot.full(last)
+        state = snapshot.hello(last)  # without the earlier attempts (item_page_state.py)
         graph = state.pop("graph")  # the hello's state has no graph of its own: it is the hello's
         hello = hello_message(last, graph, state=state)
         if len(render.dumps(hello)) > MAX_HELLO_BYTES:  # the page reads the state back instead

@@ -169,6 +169,35 @@ function merged(list, changed, order) {
   return [...byId.values()].sort(order);
 }
 
+/** A hello leaves a stage's earlier attempts out (`left_out` counts them: ended actions that are
+ * not their stage's newest, with their nodes and edges, and ended runs that are not their stage's
+ * newest): they no longer change, so the page puts back those it holds. When it holds fewer, it
+ * shows the hello's and reads the whole state back once. */
+const ENDED_ACTIONS = new Set(["completed", "failed", "superseded", "cancelled"]);
+function withEarlierAttempts(st, held) {
+  const lo = st.left_out;
+  const ids = (list) => new Set(list.map((x) => x.id));
+  const inActions = ids(st.actions);
+  const inRuns = ids(st.runs);
+  const inNodes = ids(st.graph.nodes);
+  const actions = (held.actions || []).filter((a) => !inActions.has(a.id) && ENDED_ACTIONS.has(a.status));
+  const runs = (held.runs || []).filter((r) => !inRuns.has(r.id) && r.ended_at);
+  const nodes = ((state.graph && state.graph.nodes) || []).filter((n) => !inNodes.has(n.id) && ENDED_ACTIONS.has(n.status));
+  const left = ids(actions);
+  const edgeKey = (e) => `${e.source_action_id} ${e.target_action_id}`;
+  const inEdges = new Set(st.graph.edges.map(edgeKey));
+  const edges = ((state.graph && state.graph.edges) || []).filter((e) => !inEdges.has(edgeKey(e))
+    && (left.has(e.source_action_id) || left.has(e.target_action_id)));
+  if (actions.length !== lo.actions || runs.length !== lo.runs || nodes.length !== lo.nodes || edges.length !== lo.edges) {
+    queueMicrotask(() => resync(null));
+    return st;
+  }
+  return { ...st,
+    actions: st.actions.concat(actions).sort((a, b) => a.sequence - b.sequence),
+    runs: st.runs.concat(runs).sort(byRunOrder),
+    graph: { ...st.graph, nodes: st.graph.nodes.concat(nodes).sort((a, b) => a.sequence - b.sequence), edges: st.graph.edges.concat(edges) } };
+}
+
 /** Apply a pushed state; false when it is a diff on a state the page does not show. A diff's
  * nodes, actions and runs replace those of the same id or are new (put in order), its `edges`
  * are new ones. The state leaves long texts out (an action's instruction, brief and context, a
@@ -183,6 +212,7 @@ function applyState(st, lastEventId) {
   };
   if (st.base_rev == null) {
     const held = state.detail || {};
+    if (st.left_out) st = withEarlierAttempts(st, held);
     state.detail = { ...st.item, actions: keepTexts(st.actions, held.actions), runs: keepTexts(st.runs, held.runs), events };
     shownRev = st.rev;
     drawGraph(st.graph);

@@ -119,3 +119,29 @@ def test_get_state_answers_the_shape_the_stream_pushes_whole(store, viewer):
     pushed = render.loads(render.dumps(item_page_state.read(item.pk).full(answered["graph"]["last_event_id"])))
     assert answered == pushed
 
+
+
+def test_the_hello_leaves_a_stages_earlier_attempts_out(store):
+    hellos = {}
+    for retries in (1, 17):
+        snapshot = item_page_state.read(retried(store, retries).pk)
+        hello, full = snapshot.hello(1), snapshot.full(1)
+        hellos[retries] = size(hello)
+        # triage and the newest implement attempt; the rest counted
+        assert [a["stage_id"] for a in hello["actions"]] == ["triage", "implement"]
+        assert len(hello["runs"]) == 2 and len(hello["graph"]["nodes"]) == 2
+        assert hello["left_out"] == {"actions": retries, "runs": retries, "nodes": retries, "edges": retries + 1}
+        assert hello["rev"] == full["rev"]
+        # what is left out had ended: the page puts back what it holds and has the whole state
+        kept = {a["id"] for a in hello["actions"]}
+        left = [a for a in full["actions"] if a["id"] not in kept]
+        assert all(a["status"] == "failed" for a in left)
+        assert all(r["ended_at"] for r in full["runs"] if r not in hello["runs"])
+    print("hello state after 1 and 17 retries", hellos)
+    assert abs(hellos[17] - hellos[1]) <= hellos[1] * 0.10
+
+
+def test_a_hello_of_an_item_without_earlier_attempts_is_the_whole_state(store):
+    item = store.planned(STAGES)
+    snapshot = item_page_state.read(item.pk)
+    assert snapshot.hello(3) == snapshot.full(3)
