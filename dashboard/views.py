@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from django.contrib import admin
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.decorators import login_required, permission_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -17,6 +18,7 @@ from workcenter import selectors
 from workcenter.auth import CHANGE, VIEW, user_has_perm
 from workcenter.demo_login import DEMO_LOGIN_ENV, demo_login_tokens
 from workcenter.errors import NotFound
+from workcenter.models import Run
 from workcenter.security import CONTENT_SECURITY_POLICY
 
 # What each control of the pages does, and the permission its API operation declares
@@ -36,10 +38,6 @@ OPERATION_PERMISSIONS = {
 def may_release(request: HttpRequest) -> bool:
     """The admin's own checks for its Release repair of a run (workcenter/admin.py): the admin site
     lets the person in (active staff), the runs' list is visible to them, and the repair is theirs."""
-    from django.contrib import admin
-
-    from workcenter.models import Run
-
     run_admin = admin.site._registry.get(Run)
     return bool(run_admin is not None and admin.site.has_permission(request)
                 and run_admin.has_view_or_change_permission(request)

@@ -11,10 +11,9 @@ from workcenter.security import refuse_insecure_production  # noqa: E402
 
 refuse_insecure_production()
 
-from workcenter.serving import redact_access_log, standard_reason_phrases, trim_server_overheads  # noqa: E402
+from workcenter.serving import redact_access_log, trim_server_overheads  # noqa: E402
 
-trim_server_overheads()
-standard_reason_phrases()  # "422 Unprocessable Content", not Twisted's "Unknown Status"
+trim_server_overheads()  # the standard reason phrases among them: "422 Unprocessable Content", not "Unknown Status"
 redact_access_log()  # no credential of a query string in daphne's access log
 
 from workcenter.handlers import get_asgi_application  # noqa: E402 (one thread hop per request, kept DB connections)

@@ -49,6 +49,7 @@ def trim_server_overheads() -> None:
         from twisted.web import http
     except ImportError:  # not running under daphne/Twisted
         return
+    standard_reason_phrases(http)
     parse = getattr(http, "_parseContentType", None)
     if parse is not None and not hasattr(parse, "cache_info"):
         http._parseContentType = functools.lru_cache(maxsize=256)(parse)
@@ -60,13 +61,10 @@ def trim_server_overheads() -> None:
         HTTPFactory.log = _no_twisted_access_line
 
 
-def standard_reason_phrases() -> None:
+def standard_reason_phrases(http) -> None:
     """The status line of every code says its standard phrase (`422 Unprocessable Content`, `429 Too
-    Many Requests`), never Twisted's `Unknown Status`; codes Twisted knows keep its phrase."""
-    try:  # local, as above
-        from twisted.web import http
-    except ImportError:
-        return
+    Many Requests`), never Twisted's `Unknown Status`; codes Twisted knows keep its phrase. `http`
+    is `twisted.web.http`, imported by trim_server_overheads, which calls this."""
     for status in HTTPStatus:
         # 422: RFC 9110 §15.5.21 renamed it; the standard library (3.11) still says "Unprocessable Entity"
         phrase = "Unprocessable Content" if status == HTTPStatus.UNPROCESSABLE_ENTITY else status.phrase
