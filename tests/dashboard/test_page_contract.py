@@ -107,8 +107,13 @@ def test_mode_marks_are_the_workspace_modes():
     assert styled and styled <= set(WorkspaceMode.values)
 
 
+# a state the page draws beside the store's statuses: a review stage whose newest run's decision
+# was to request changes (DOMAIN §8), drawn in its own colour instead of a green "completed"
+PAGE_STATES = {"changes_requested"}
+
+
 def test_status_words_and_icons_cover_every_status():
-    every = set(WorkItemStatus.values) | set(ActionStatus.values) | set(RunStatus.values)
+    every = set(WorkItemStatus.values) | set(ActionStatus.values) | set(RunStatus.values) | PAGE_STATES
     common = read("common.js")
     assert set(js_collection(common, "STATUS_LABEL")) == every
     assert set(js_collection(common, "STATUS_ICON")) == every
