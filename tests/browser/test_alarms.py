@@ -4,8 +4,9 @@
   heartbeat", through the half of its lease after which a dead worker would be called out;
 * a run past its stage's usual duration (from earlier completed runs of the same workflow and
   stage) reads "⚠ usually ≤ N s"; one within it does not;
-* a server stopped with SIGSTOP turns the connection pill to "No word from the server for N s"
-  within 2.5 heartbeats (and the 1 s check), and Live returns after SIGCONT.
+* a server stopped with SIGSTOP turns the connection pill of the list, item and Workers pages to
+  "No word from the server for N s" within 2.5 heartbeats (and the 1 s check), and Live returns
+  after SIGCONT.
 """
 from __future__ import annotations
 
@@ -183,7 +184,10 @@ def test_a_stopped_server_turns_the_pill_and_live_returns_after_sigcont(browser,
         item_page.on("pageerror", lambda e: errors.append(str(e)))
         item_page.goto(f"{server.url}/work-items/{item.pk}/")
         item_page.wait_for_selector("#graph g.node")
-        pages = {"list": list_page, "item": item_page}
+        workers_page = context.new_page()
+        workers_page.on("pageerror", lambda e: errors.append(str(e)))
+        workers_page.goto(f"{server.url}/workers/")
+        pages = {"list": list_page, "item": item_page, "workers": workers_page}
         for p in pages.values():
             wait_live(p)
         # a quiet server is not a silent one: 4 heartbeats' time with no event, still Live
