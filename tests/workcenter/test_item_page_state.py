@@ -145,3 +145,17 @@ def test_a_hello_of_an_item_without_earlier_attempts_is_the_whole_state(store):
     item = store.planned(STAGES)
     snapshot = item_page_state.read(item.pk)
     assert snapshot.hello(3) == snapshot.full(3)
+
+
+def test_the_state_forms_render_as_ninja_renders_them(store):
+    from workcenter.models import Action, Run
+    from workcenter.schemas_out import StateActionOut, StateRunOut
+
+    item = retried(store, 1)
+    Run.objects.filter(work_item_id=item.pk).update(error="e" * 1000)
+    for action in Action.objects.filter(work_item_id=item.pk):
+        assert render.render(StateActionOut, action) == StateActionOut.from_orm(action).model_dump(mode="json")
+    for run in Run.objects.filter(work_item_id=item.pk):
+        rendered = render.render(StateRunOut, run)
+        assert rendered == StateRunOut.from_orm(run).model_dump(mode="json")
+        assert len(rendered["error"]) == 300 and rendered["error"].endswith("…")
