@@ -43,7 +43,7 @@ would make on top of the websocket; the initial page load is not counted):
   page would need for events that arrive before any overview reached it (0 with the pushes on).
 * item watcher: starts from its hello (`graph`, and `state`: the whole state but its graph). A
   message with `state`: `base_rev` null ⇒ replace the whole state (graph, item, actions, runs);
-  `base_rev` == my rev ⇒ patch (upsert `nodes`, `actions`, `runs` by id, replace `item`);
+  `base_rev` == my rev ⇒ patch (upsert `nodes`, `actions`, `runs` by id, merge `item`);
   otherwise (or `read`: too large to push) the page reads the state back: 1 request
   (GET …/state). In all cases rev := state.rev and every event up to the message's is covered. An event that no state covers within
   2 s (messages without `state`, as before the server sends it) counts 2 requests (the page
@@ -359,7 +359,7 @@ class ItemWatcher(Client):
             for r in state.get("runs") or []:
                 self.runs[r["id"]] = r
             if state.get("item") is not None:
-                self.item = state["item"]
+                self.item = {**(self.item or {}), **state["item"]}  # a diff's item: the fields that changed
             self.states["patch"] += 1
         else:
             self.count("item_rev_mismatch", 1)  # GET …/state
