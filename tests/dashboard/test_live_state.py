@@ -129,8 +129,9 @@ def test_the_list_stream_pushes_the_overview_after_changes_at_most_once_a_second
                 overviews.append((time.monotonic() - started, msg["overview"]))
         # one at once, one at the interval's end with the last change in it; none later
         assert 1 <= len(overviews) <= 2, overviews
-        if len(overviews) == 2:
-            assert overviews[1][0] - overviews[0][0] >= live_state.INTERVAL * 0.9
+        if len(overviews) == 2:  # the server starts the second an interval after the first; the
+            # first's own read and send (at most its arrival time) may have delayed its arrival
+            assert overviews[1][0] - overviews[0][0] >= live_state.INTERVAL * 0.9 - overviews[0][0], overviews
         last = overviews[-1][1]
         truth = await database_sync_to_async(lambda: {s: WorkItem.objects.filter(status=s).count()
                                                       for s in ("ready", "running")})()
