@@ -97,6 +97,10 @@ def test_an_orphaned_sibling_reads_stopping_never_no_heartbeat(page, daphne_serv
         seen.append((drawn(measure), measure.get_attribute("class") or ""))
         if not shot and time.monotonic() - claimed > lease_ms / 2000 + 1:
             screenshot(page, "alarms-orphan-stopping-1280.png")
+            page.emulate_media(color_scheme="dark")
+            page.set_viewport_size({"width": 800, "height": 900})
+            page.wait_for_timeout(200)
+            screenshot(page, "alarms-orphan-stopping-800-dark.png")
             shot = True
         page.wait_for_timeout(250)
     assert shot and len(seen) > 10, len(seen)
