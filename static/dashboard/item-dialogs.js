@@ -296,6 +296,7 @@ async function submitRetry(e) {
   $("retry-confirm").disabled = true;
   retry.sending = true;
   clearTimeout(retry.timer);
+  let refused = false;
   try {
     await api(`${base}/retry`, { method: "POST", body });
     for (const k of keys) typedAnswers.delete(k);
@@ -303,11 +304,15 @@ async function submitRetry(e) {
     refreshAll();
   } catch (err) {
     showError($("retry-error"), refusalText(err, body.answers ? "Answer" : "Retry"));
-    $("retry-confirm").disabled = false;
+    // the preview on screen is the one refused: Confirm waits for the fresh one (refreshRetry
+    // enables it), or a second click would send the same stale token again
+    retry.retryable = false;
+    refused = true;
     refreshAll(); // the fresh detail updates the dialog: it says what changed, if anything did
   } finally {
     retry.sending = false;
   }
+  if (refused) refreshRetry("update");
 }
 
 // --- edit ----------------------------------------------------------------------------------------
