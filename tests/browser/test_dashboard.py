@@ -8,6 +8,7 @@ import pytest
 from tests.conftest import completed
 from workcenter import services
 from workcenter.models import Action
+from tests.load import within
 
 from .conftest import StreamTap, ThreadedStore, perf, screenshot, wait_for_js, wait_live, wait_perf
 from .live import WAIT_MS
@@ -339,4 +340,4 @@ def test_the_graph_stays_smooth_under_50_events_per_second(page, daphne_server, 
     long_tasks = page.evaluate("window.__longTasks")
     worst = max(long_tasks, default=0)
     print(f"\n50 events/s on a 200-node graph: {len(long_tasks)} long tasks (> 50 ms), longest {worst:.0f} ms")
-    assert worst < 250, long_tasks
+    assert worst < 250 * within(1.0, cap=4.0), long_tasks  # a frozen page is seconds

@@ -11,6 +11,7 @@ import pytest
 
 from workcenter import services
 from workcenter.models import Event, WorkItem
+from tests.load import within
 
 from .conftest import Frames, ThreadedStore, screenshot, wait_for_js, wait_live, wait_perf, wait_until
 from .live import WAIT_MS
@@ -87,7 +88,7 @@ def test_list_pages_ten_thousand_items_by_cursor_and_keeps_filters_in_the_url(pa
     # given 10,000 items: the first page paints within a second
     open_list(page, f"{base}/")  # warm the static files, as a lead's browser has them
     first_paint = open_list(page, f"{base}/")
-    assert first_paint <= 1000, f"first rows after {first_paint:.0f} ms"
+    assert first_paint <= 1000 * within(1.0, cap=5.0), f"first rows after {first_paint:.0f} ms"
     wait_live(page)
     assert len(row_ids(page)) == 100
     assert row_ids(page)[0] == "scale-00000"

@@ -30,6 +30,7 @@ from workcenter.auth import api_token_create
 from workcenter.constants import CLAIM_HINTS
 from workcenter.dispatch.wake import wake
 from tests.live import redis_db_url
+from tests.load import within
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,7 +115,7 @@ def test_a_parked_claim_wakes_when_the_same_server_makes_an_action_claimable(ser
     assert waiter.status == 201, waiter.body
     assert waiter.body["work_item"]["id"] == item["id"]
     print(f"\nwoken {1000 * (waiter.answered_at - t0):.0f} ms after the create request began")
-    assert waiter.answered_at - t0 < 1.0
+    assert waiter.answered_at - t0 < within(1.0, cap=5.0)  # the claim waits 20 s
     assert _parked(server, token) == 0
 
 
@@ -133,7 +134,7 @@ def test_a_parked_claim_wakes_for_another_process_commit_and_answers_204_at_its_
     waiter.join(10)
     assert waiter.status == 201, waiter.body
     print(f"\nwoken {1000 * (waiter.answered_at - t0):.0f} ms after another process's commit")
-    assert waiter.answered_at - t0 < 1.0
+    assert waiter.answered_at - t0 < within(1.0, cap=5.0)  # the claim waits 20 s
 
 
 def test_a_client_that_leaves_while_parked_is_forgotten(server):
@@ -251,7 +252,7 @@ def test_a_parked_claim_on_one_server_wakes_for_a_commit_on_another_over_redis()
         waiter, item, t0 = _park_then_create(port_a, port_b, token, "Across servers")
         assert waiter.status == 201 and waiter.body["work_item"]["id"] == item["id"]
         print(f"\nwoken across servers {1000 * (waiter.answered_at - t0):.0f} ms after the create began")
-        assert waiter.answered_at - t0 < 1.0
+        assert waiter.answered_at - t0 < within(1.0, cap=5.0)  # the claim waits 20 s
     finally:
         for p in procs:
             stop_process(p)
@@ -376,7 +377,7 @@ def _woken(park_port: int, token: str, kind: str, waiting_id: str, step, via) ->
     assert waiter.status == 201, (kind, waiter.body)
     assert waiter.body["work_item"]["id"] == waiting_id
     print(f"\n{kind}: woken {1000 * (waiter.answered_at - t0):.0f} ms after the commit began")
-    assert waiter.answered_at - t0 < 1.0
+    assert waiter.answered_at - t0 < within(1.0, cap=5.0)  # the claim waits 20 s
 
 
 @KINDS

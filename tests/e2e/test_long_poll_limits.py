@@ -20,6 +20,7 @@ from django.contrib.auth.models import Permission, User
 from workcenter.dispatch import longpoll
 from tests.live import free_port, start_daphne, stop_process, wait_until
 from workcenter.auth import api_token_create
+from tests.load import within
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,7 +101,7 @@ async def _answered(tasks: list[asyncio.Task], count: int) -> list[Answer]:
 
 def _refused(answer: Answer, scope: str, limit: int) -> None:
     assert answer.status == 429, (answer.status, answer.body)
-    assert answer.took < 1.0, answer.took
+    assert answer.took < within(1.0, cap=5.0), answer.took  # at once: the claim would wait 30 s
     assert 1 <= int(answer.headers["retry-after"]) <= longpoll.RETRY_AFTER_SECONDS
     assert answer.headers["content-type"] == "application/json"
     assert answer.headers["x-content-type-options"] == "nosniff"
@@ -241,7 +242,7 @@ def test_more_claims_than_the_server_has_file_descriptors_never_take_it_down(ser
         await asyncio.sleep(0.5)
         refused = [t.result() for t in tasks if t.done()]
         assert len(refused) == total - PER_PROCESS, len(refused)
-        assert {x.status for x in refused} == {429} and max(x.took for x in refused) < 1.0
+        assert {x.status for x in refused} == {429} and max(x.took for x in refused) < within(1.0, cap=5.0)
         assert await asyncio.to_thread(_parked, port, tokens[0]) == PER_PROCESS
         print(f"\nserver file descriptors: {at_rest} at rest, {_open_fds(proc)} with {PER_PROCESS} claims parked "
               f"after {total} sent (limit {FEW_FDS})")
