@@ -96,6 +96,10 @@ def test_api_conforms_to_its_openapi_document(tmp_path, run_name):
     for phase in reported:
         assert f"✅ {phase}" in run.stdout, report
     if run_name == "operations":
-        assert "Tested: 27" in run.stdout, report
+        # every operation of the document was tested (at least the 27 the API had when this was
+        # written: a route that left the document fails here too)
+        total = re.search(r"Operations:\s+(\d+) selected / (\d+) total", run.stdout)
+        tested = re.search(r"Tested: (\d+)", run.stdout)
+        assert total and tested and int(tested[1]) == int(total[1]) == int(total[2]) >= 27, report
         cases = re.search(r"(\d+) generated, (\d+) passed", run.stdout)
         assert cases and cases[1] == cases[2] and int(cases[1]) > 1000, report  # ~27 x 40 fuzzed, and the rest
