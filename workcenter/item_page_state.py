@@ -22,7 +22,8 @@ between. The wire form (`state` in the per-item stream's messages, API additions
   retry (new actions, runs, nodes and edges) is a diff; a node, edge, action or run gone or the
   execution mode changed is a full state, never a diff.
 
-* hello: the full form without a stage's earlier attempts, and `"left_out": {"actions", "runs",
+* hello (every whole state the stream pushes, the hello's and those on events): the full form
+  without a stage's earlier attempts, and `"left_out": {"actions", "runs",
   "nodes", "edges"}` counting what it leaves out (`Snapshot.hello`): the ended actions that are
   not their stage's newest (with their nodes and the edges touching them) and the ended runs that
   are not their stage's newest. Its rev is the whole state's: a page that holds those rows from
@@ -98,7 +99,8 @@ class Snapshot:
                 "actions": list(self.actions.values()), "runs": list(self.runs.values())}
 
     def hello(self, at_id: int) -> dict:
-        """The whole state as a hello carries it: without a stage's earlier attempts, so that its
+        """The whole state as the stream pushes it (a hello, or on an event when no diff applies):
+        without a stage's earlier attempts, so that its
         size does not grow with the retries (module doc). Left out: the actions that ended
         (`ENDED_ACTIONS`) and are not their stage's newest, their graph nodes and the edges that
         touch them, and the runs that ended and are not their stage's newest; `left_out` counts

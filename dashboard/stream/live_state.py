@@ -4,8 +4,9 @@
   listener in a batch (batches.py), the item's state is read once and attached to the message of
   its last event there: a diff on the state this process sent with the item's previous event (what
   changed or is new: a progress report's diff is a node or two, an action and a run, about 1.5 KB;
-  a retry's adds the new action, node and edge), or the whole state when this process did not send
-  that one (another process published it, nobody listened then, it fell out of the cache) or
+  a retry's adds the new action, node and edge), or the whole state: without a stage's earlier,
+  ended attempts (`Snapshot.hello`, as in the hello) when this process did not send that one
+  (another process published it, nobody listened then, it fell out of the cache), all of it when
   something is gone from the item (a node, an edge, an action or a run).
   Per process, the last state sent of the `LIMIT` most recently published items is kept. A state
   over `MAX_STATE_BYTES` is not pushed: the message only says that the page should read it back.
@@ -74,8 +75,8 @@ class ItemStates:
                 before = self.sent.pop(item_id, None)
                 if before is not None and before[0] == firsts[item_id]:
                     out[item_id] = snapshot.diff(before[1], at_id)
-                else:
-                    out[item_id] = snapshot.full(at_id)
+                else:  # whole, without a stage's earlier attempts (as a hello: item_page_state.py)
+                    out[item_id] = snapshot.hello(at_id)
                 if len(render_dumps(out[item_id])) > MAX_STATE_BYTES:
                     out[item_id] = {"rev": snapshot.rev, "base_rev": None, "read": True}
                     self.too_large += 1

@@ -159,3 +159,14 @@ def test_the_state_forms_render_as_ninja_renders_them(store):
         rendered = render.render(StateRunOut, run)
         assert rendered == StateRunOut.from_orm(run).model_dump(mode="json")
         assert len(rendered["error"]) == 300 and rendered["error"].endswith("…")
+
+
+def test_a_whole_state_pushed_on_an_event_leaves_the_earlier_attempts_out_too(store):
+    from dashboard.stream.live_state import ItemStates
+
+    item = retried(store, 2)
+    states = ItemStates()
+    pushed = states.states({item.pk: 1}, {item.pk: 2})[item.pk]  # this process sent nothing before: whole
+    assert pushed["base_rev"] is None and pushed["left_out"]["runs"] == 2
+    services.work_item_retry(item_id=item.pk, actor="user:lead", now=store.now())
+    assert states.states({item.pk: 2}, {item.pk: 3})[item.pk]["base_rev"] == pushed["rev"]  # then a diff
