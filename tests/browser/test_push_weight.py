@@ -12,7 +12,7 @@ import pytest
 
 from workcenter import services
 
-from .conftest import ThreadedStore, wait_for_js, wait_live, wait_until
+from .conftest import ThreadedStore, screenshot, wait_for_js, wait_live, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -141,3 +141,4 @@ def test_the_hello_does_not_grow_with_the_retries(page, daphne_server, bg):
     wait_for_js(page, "() => (document.querySelector('#panel-body details.instruction pre')?.textContent || '').length > 100")
     reads = [r for r in requests if r.endswith("/instruction")]
     assert len(reads) == 1, requests
+    screenshot(page, "push-weight-panel-instruction.png")
