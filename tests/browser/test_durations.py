@@ -60,6 +60,8 @@ def open_item(page, daphne_server, item_id):
 def open_stage(page, stage):
     page.click(f'#graph g.node[data-stage="{stage}"]')
     page.wait_for_selector("#panel:not([hidden]) li.run")
+    # the stage's instruction is read when it opens, and the panel is drawn again when it comes
+    wait_for_js(page, "() => !document.querySelector('#panel-body .instruction pre.muted')")
 
 
 def panel_runs(page) -> list[dict]:
