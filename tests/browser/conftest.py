@@ -131,15 +131,22 @@ def page(browser, daphne_server, lead):
     pg.on("request", lambda r: foreign.append(r.url)
           if not r.url.startswith((daphne_server.url, daphne_server.url.replace("http", "ws"), "data:")) else None)
     pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.goto(f"{daphne_server.url}/accounts/login/")
-    pg.fill("#id_username", "lead")
-    pg.fill("#id_password", PASSWORD)
-    pg.click("button[type=submit]")
-    pg.wait_for_url(f"{daphne_server.url}/")
+    log_in(pg, daphne_server.url, "lead")
     yield pg
     context.close()
     assert not foreign, f"requests outside the app: {foreign}"
     assert not errors, f"script errors: {errors}"
+
+
+def log_in(pg, base: str, username: str, *, admin: bool = False) -> None:
+    """Sign `username` in through the dashboard's login form (the admin's own with `admin`)."""
+    path, submit, landing = (("/admin/login/", "input[type=submit]", "/admin/") if admin
+                             else ("/accounts/login/", "button[type=submit]", "/"))
+    pg.goto(f"{base}{path}")
+    pg.fill("#id_username", username)
+    pg.fill("#id_password", PASSWORD)
+    pg.click(submit)
+    pg.wait_for_url(f"{base}{landing}")
 
 
 def screenshot(page, name: str) -> Path:

@@ -20,7 +20,7 @@ import pytest
 
 from workcenter import services, stage_durations
 
-from .conftest import PASSWORD, ThreadedStore, screenshot, wait_for_js, wait_live
+from .conftest import ThreadedStore, log_in, screenshot, wait_for_js, wait_live
 from .live import LiveServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,11 +45,7 @@ def sign_in(browser, server, width=1280, height=800):
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server.url}/accounts/login/")
-    page.fill("#id_username", "lead")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{server.url}/")
+    log_in(page, server.url, "lead")
     return context, page, errors
 
 

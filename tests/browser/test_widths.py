@@ -11,7 +11,8 @@ from django.contrib.auth.models import User
 
 from workcenter.models import WorkItem
 
-from .conftest import PASSWORD, ThreadedStore, screenshot, wait_live
+from .conftest import PASSWORD, ThreadedStore, log_in, screenshot, wait_live
+from .live import WAIT_MS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -104,12 +105,8 @@ def admin_page(browser, daphne_server, transactional_db):
     User.objects.create_superuser("root", "root@example.com", PASSWORD)
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     pg = context.new_page()
-    pg.set_default_timeout(10_000)
-    pg.goto(f"{daphne_server.url}/admin/login/")
-    pg.fill("#id_username", "root")
-    pg.fill("#id_password", PASSWORD)
-    pg.click("input[type=submit]")
-    pg.wait_for_url(f"{daphne_server.url}/admin/")
+    pg.set_default_timeout(WAIT_MS)
+    log_in(pg, daphne_server.url, "root", admin=True)
     yield pg
     context.close()
 
