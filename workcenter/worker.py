@@ -393,8 +393,15 @@ class Worker:
             active = self.active.get(run["id"]) if registered else None
             if active is None:
                 active = self.active[run["id"]] = ActiveRun(task=task)
-        active.thread = threading.Thread(target=self._execute, args=(active,), name=f"run-{run['id'][:8]}", daemon=True)
-        active.thread.start()
+        self._launch(active, threading.Thread(target=self._execute, args=(active,), name=f"run-{run['id'][:8]}",
+                                              daemon=True))
+
+    def _launch(self, active: ActiveRun, thread: threading.Thread) -> None:
+        """Start `thread` as `active`'s, under the lock: _wait_all, which joins the threads it reads
+        under the lock, never meets one assigned and not yet started (joining that raises)."""
+        with self.lock:
+            active.thread = thread
+            thread.start()
 
     def _renew_loop(self, active: ActiveRun, done: threading.Event) -> None:
         """Renew every lease/3 until `done`. A renewal that fails at the connection is tried at the
@@ -568,9 +575,8 @@ class Worker:
             first = threading.Event()
             with self.lock:
                 self.active[run["id"]] = active
-            active.thread = threading.Thread(target=self._settle_journalled, args=(active, entry["result"], first),
-                                             name=f"journal-{run['id'][:8]}", daemon=True)
-            active.thread.start()
+            self._launch(active, threading.Thread(target=self._settle_journalled, args=(active, entry["result"], first),
+                                                  name=f"journal-{run['id'][:8]}", daemon=True))
             firsts.append(first)
         for first in firsts:
             first.wait(60)
