@@ -332,7 +332,7 @@ def redis_layer(monkeypatch):
 
 
 def _on_send_loop(coro):
-    return asyncio.run_coroutine_threadsafe(coro, publisher.own_loop()).result(10)
+    return asyncio.run_coroutine_threadsafe(coro, publisher.own_loop()).result(30)
 
 
 def test_redis_groups_nobody_is_in_are_not_rendered(store, redis_layer, stream_reads):
@@ -352,7 +352,7 @@ def test_redis_groups_nobody_is_in_are_not_rendered(store, redis_layer, stream_r
     services.work_item_cancel(item_id=item.pk, now=store.now())
     services.work_item_cancel(item_id=other2.pk, now=store.now())
     publisher.drain(5)
-    message = _on_send_loop(asyncio.wait_for(redis_layer.receive(channel), 5))
+    message = _on_send_loop(asyncio.wait_for(redis_layer.receive(channel), 20))
     cancel = Event.objects.filter(work_item_id=item.pk).latest("id")
     assert (message["type"], message["id"]) == ("stream.event", cancel.id)
     assert (message["prev_id"], message["item_prev_id"]) == expected_previous([cancel.id])[cancel.id]
@@ -387,9 +387,11 @@ def test_redis_burst_reaches_a_listener_in_id_order(store, redis_layer, monkeypa
     want = list(Event.objects.filter(id__gt=before).order_by("id").values_list("id", flat=True))
     got, messages = [], 0  # a batch of several events arrives as one `stream.events` message
     while len(got) < len(want):
-        message = _on_send_loop(asyncio.wait_for(redis_layer.receive(channel), 5))
-        got.extend(message["events"] if message["type"] == "stream.events" else [message])
-        messages += 1
+        message = _on_send_loop(asyncio.wait_for(redis_layer.receive(channel), 20))
+        mine = [m for m in (message["events"] if message["type"] == "stream.events" else [message])
+                if m["id"] > before]  # an earlier test's batch may still reach the group
+        got.extend(mine)
+        messages += 1 if mine else 0
     assert messages < len(want)  # some events travelled together: one send for a batch
     previous = expected_previous(want)
     # two committing threads: every event once; each message names its true previous ids, so a
