@@ -174,6 +174,18 @@ def pill(page) -> tuple[str, str]:
     return page.evaluate("() => { const c = document.getElementById('conn'); return [c.dataset.state, c.innerText]; }")
 
 
+def _seconds_until(pages: dict, state: str, since: float, limit: float = 30) -> dict:
+    """{page name: seconds from `since` until its pill read `state`}, for the pages that did
+    within `limit` seconds (polled every 100 ms)."""
+    reached = {}
+    some = next(iter(pages.values()))
+    while len(reached) < len(pages) and time.monotonic() - since < limit:
+        for name, p in pages.items():
+            if name not in reached and pill(p)[0] == state:
+                reached[name] = time.monotonic() - since
+        some.wait_for_timeout(100)
+    return reached
+
 def test_a_stopped_server_turns_the_pill_and_live_returns_after_sigcont(browser, own_server, lead, bg):
     store = ThreadedStore(bg, behind=timedelta(milliseconds=1))
     item = store.graph(SURVEY, title="Watched while the server stops")
@@ -199,13 +211,8 @@ def test_a_stopped_server_turns_the_pill_and_live_returns_after_sigcont(browser,
 
         os.kill(server.proc.pid, signal.SIGSTOP)
         stopped = time.monotonic()
-        turned = {}
         try:
-            while len(turned) < len(pages) and time.monotonic() - stopped < 30:
-                for name, p in pages.items():
-                    if name not in turned and pill(p)[0] == "silent":
-                        turned[name] = time.monotonic() - stopped
-                list_page.wait_for_timeout(100)
+            turned = _seconds_until(pages, "silent", stopped)
             assert len(turned) == len(pages), turned
             # stated: silent past 2.5 heartbeats, checked once a second (a loaded machine's timers
             # may run late: a generous bound, the figures are printed)
@@ -220,13 +227,7 @@ def test_a_stopped_server_turns_the_pill_and_live_returns_after_sigcont(browser,
             screenshot(item_page, "alarms-silent-item-1280.png")
         finally:
             os.kill(server.proc.pid, signal.SIGCONT)
-        resumed = time.monotonic()
-        back = {}
-        while len(back) < len(pages) and time.monotonic() - resumed < 30:
-            for name, p in pages.items():
-                if name not in back and pill(p)[0] == "live":
-                    back[name] = time.monotonic() - resumed
-            list_page.wait_for_timeout(100)
+        back = _seconds_until(pages, "live", time.monotonic())
         assert len(back) == len(pages), back
         print(f"\npill silent after SIGSTOP (heartbeat {BEAT_S} s): "
               + ", ".join(f"{k} {v:.1f} s" for k, v in turned.items())

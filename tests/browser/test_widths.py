@@ -65,15 +65,20 @@ def widths(page, item_id):
     }""", item_id)
 
 
+def _open_live(page, url: str, ready: str, width: int, scheme: str, shot: str) -> None:
+    """`url` at `width` × 800 in `scheme`, once `ready` is drawn and the stream is live; a screenshot."""
+    page.set_viewport_size({"width": width, "height": 800})
+    page.emulate_media(color_scheme=scheme)
+    page.goto(url)
+    page.wait_for_selector(ready)
+    wait_live(page)
+    screenshot(page, shot)
+
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("width", [1280, 800])
 def test_list_gives_the_title_the_room(page, daphne_server, rows, width, scheme):
-    page.set_viewport_size({"width": width, "height": 800})
-    page.emulate_media(color_scheme=scheme)
-    page.goto(f"{daphne_server.url}/")
-    page.wait_for_selector(f'#items tr[data-id="{rows["other"].pk}"]')
-    wait_live(page)
-    screenshot(page, f"widths-list-{width}-{scheme}.png")
+    _open_live(page, f"{daphne_server.url}/", f'#items tr[data-id="{rows["other"].pk}"]', width, scheme,
+               f"widths-list-{width}-{scheme}.png")
     w = widths(page, rows["running"].pk)
     print(width, scheme, {k: round(v, 1) if isinstance(v, float) else v for k, v in w.items()})
     assert w["table"] <= w["page"]  # the table never overflows the page
@@ -87,12 +92,8 @@ def test_list_gives_the_title_the_room(page, daphne_server, rows, width, scheme)
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("width", [1280, 800])
 def test_workers_page_fits(page, daphne_server, rows, width, scheme):
-    page.set_viewport_size({"width": width, "height": 800})
-    page.emulate_media(color_scheme=scheme)
-    page.goto(f"{daphne_server.url}/workers/")
-    page.wait_for_selector("#workers tr[data-boot]")
-    wait_live(page)
-    screenshot(page, f"widths-workers-{width}-{scheme}.png")
+    _open_live(page, f"{daphne_server.url}/workers/", "#workers tr[data-boot]", width, scheme,
+               f"widths-workers-{width}-{scheme}.png")
     fit = page.evaluate("""() => ({table: document.querySelector('table.workers').getBoundingClientRect().right,
         page: document.documentElement.clientWidth, scroll: document.documentElement.scrollWidth})""")
     print(width, scheme, fit)
