@@ -129,7 +129,8 @@ def test_panel_and_header_show_the_durations_of_the_runs_timestamps(page, daphne
         page.set_viewport_size({"width": width, "height": 800})
         for scheme in ("light", "dark"):
             page.emulate_media(color_scheme=scheme)
-            page.locator("#panel-body li.run").first.scroll_into_view_if_needed()
+            # in one step in the page: a relayout on the resize may draw the panel again meanwhile
+            page.evaluate("document.querySelector('#panel-body li.run').scrollIntoView({block: 'nearest'})")
             screenshot(page, f"durations-panel-{width}-{scheme}.png")
     # the header still fits at 800 px: no time wraps inside itself
     page.set_viewport_size({"width": 800, "height": 800})
