@@ -90,6 +90,22 @@ def pytest_runtest_makereport(item, call):
             report.longrepr = f"skipped, and TESTS_MAY_SKIP={rule} forbids it: {report.longrepr}"
 
 
+@pytest.fixture(autouse=True)
+def _publisher_forgets_the_ids_of_the_test():
+    """The publisher offers each event id once (dashboard/stream/batcher.py remembers the last
+    10,000). A test that runs its on-commit hooks inside a transaction it then rolls back
+    (`django_capture_on_commit_callbacks(execute=True)`) offers ids that SQLite hands out again
+    to the next test's events, which the publisher would then drop as already sent (a listener
+    of that test waited for them in vain). A process of the product never sees an id twice."""
+    yield
+    from dashboard.stream.publisher import publisher
+
+    queue = publisher.queue
+    with queue.cond:
+        queue.known.clear()
+        queue.known_order.clear()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _close_idle_test_connections(django_db_setup, django_db_blocker):
     """Before the test database is dropped (PostgreSQL), end the idle sessions that threads of

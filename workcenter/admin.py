@@ -294,8 +294,9 @@ REPAIRS = {
         "integration reservation is live.",
         RepairForm,
         lambda obj, form, actor: services.run_release(run_id=obj.pk, reason=form.cleaned_data["reason"], actor=actor),
-        lambda obj, result: "released; its Action is " + ("ready again" if Action.objects.filter(
-            pk=result.action_id).values_list("status", flat=True).first() == ActionStatus.READY else "failed (not retryable)"),
+        lambda obj, result: "released; the stage " + ("is ready to run again" if Action.objects.filter(
+            pk=result.action_id).values_list("status", flat=True).first() == ActionStatus.READY
+            else "failed (no attempt left to run it again)"),
     ),
 }
 
@@ -328,9 +329,15 @@ def repair_facts(obj, now: datetime) -> dict:
 
 
 def row_label(obj) -> str:
-    """Names a repaired row without its status, which the repair has just changed."""
-    if isinstance(obj, Action):
-        return f"Action {obj.effective_stage_id} #{obj.sequence} ({short(obj.pk)})"
+    """Names a repaired row as the admin knows it: its work item, its stage and sequence, and for a
+    run the run and its worker; not its status, which the repair has just changed."""
+    if isinstance(obj, (Action, Run)):
+        action = obj.action if isinstance(obj, Run) else obj
+        title = obj.work_item.title
+        where = f"“{title if len(title) <= 60 else title[:59] + '…'}” · stage {action.effective_stage_id} #{action.sequence}"
+        if isinstance(obj, Run):
+            return f"{where} · run {short(obj.pk)} on worker {short(obj.owner_boot_id)}"
+        return f"{where} ({short(obj.pk)})"
     return f"{obj._meta.verbose_name.capitalize()} {short(str(obj.pk))}"
 
 

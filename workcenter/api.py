@@ -47,6 +47,7 @@ from .schemas_out import (
     ReservationOut,
     RetryPreviewOut,
     RunResultOut,
+    StageRunsOut,
     SubmitOut,
     WorkItemDetailOut,
     WorkItemListOut,
@@ -450,6 +451,14 @@ def work_item_action_instruction(request, item_id: PathId, action_id: PathId):
     """An action's instruction, brief and context: the texts the item's state leaves out, read
     when the work-item page's side panel opens the stage."""
     return item_page_state.instruction(item_id, action_id)
+
+
+@items.get("/work-items/{item_id}/stages/{stage_id}/runs",
+           response={200: StageRunsOut, **ITEM_ERRORS}, auth=api_auth(VIEW))
+def work_item_stage_runs(request, item_id: PathId, stage_id: PathId):
+    """Every run of one stage, whole (response, evidence, uncut summary and error): what the
+    work-item page's side panel reads when it shows the stage, the item's state leaving them out."""
+    return item_page_state.stage_runs(item_id, stage_id)
 
 
 def _event_page(events: list, after_id: int) -> dict:

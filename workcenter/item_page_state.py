@@ -42,7 +42,9 @@ import hashlib
 
 from . import render, selectors
 from .errors import NotFound
-from .models import Action, WorkItem
+from django.db.models import Q
+
+from .models import Action, Run, WorkItem
 from .schemas_out import DetailView, GraphOut, StateActionOut, StateRunOut, WorkItemDetailOut
 
 # WorkItemDetail's fields that the state leaves out of its `item`
@@ -165,6 +167,21 @@ def instruction(item_id: str, action_id: str) -> dict:
         raise NotFound(f"the work item {item_id} has no action with the id {action_id}",
                        extra={"id": item_id, "action_id": action_id})
     return {"action_id": action_id, "instruction": row[0] or "", "brief": row[1], "context": row[2] or []}
+
+
+def stage_runs(item_id: str, stage_id: str) -> dict:
+    """`{"stage_id", "runs"}`: every run of every action of one stage of the item, whole (the
+    response, evidence and acceptance checks the state leaves out, the summary and error uncut),
+    oldest first. What the side panel reads when it shows a stage, and again when one of its runs
+    ended meanwhile. NotFound when the item is not there or has no such stage."""
+    of_stage = Q(stage_id=stage_id) | ((Q(stage_id__isnull=True) | Q(stage_id="")) & Q(type=stage_id))
+    actions = list(Action.objects.filter(of_stage, work_item_id=item_id).values_list("pk", flat=True))
+    if not actions:
+        if not WorkItem.objects.filter(pk=item_id).exists():
+            raise NotFound(f"no work item has the id {item_id}", extra={"id": item_id})
+        raise NotFound(f"the work item {item_id} has no stage {stage_id}", extra={"id": item_id, "stage_id": stage_id})
+    runs = Run.objects.filter(work_item_id=item_id, action_id__in=actions).order_by("started_at", "id")
+    return {"stage_id": stage_id, "runs": list(runs)}
 
 
 def read(item_id: str) -> Snapshot:

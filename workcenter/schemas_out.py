@@ -495,6 +495,12 @@ class ActionInstructionOut(Schema):
     context: list[Any]
 
 
+class StageRunsOut(Schema):
+    """GET …/stages/{stage_id}/runs: every run of one stage, whole, oldest first."""
+    stage_id: str
+    runs: list[RunOut]
+
+
 class HeldRunOut(Schema):
     run_id: str
     work_item_id: str

@@ -683,7 +683,9 @@ export class GraphView {
     if ((n.blocked_by || []).length) tip.push("blocked by:", ...n.blocked_by.map((b) => `• ${b}`));
     const right = [];
     let used = 0;
-    if (lease) {
+    // the lease ring tells a live claim's time left; an orphan's lease is not a live claim (its
+    // renewals are refused), so a stopping node draws none
+    if (lease && !n.stopping) {
       right.push(`<g class="ring" transform="translate(${NODE_W - 17},17)"><circle class="ring-bg" r="${RING_R}"/>`
         + `<circle class="ring-fg" r="${RING_R}" stroke-dasharray="${RING_C.toFixed(2)}" stroke-dashoffset="${(RING_C * (1 - Math.min(1, live.remaining / live.span))).toFixed(2)}" transform="rotate(-90)"/></g>`);
       used += 30;
@@ -704,7 +706,9 @@ export class GraphView {
       + `<rect class="node-stripe" width="4" height="${NODE_H - 14}" x="0" y="7" rx="2"/>`
       + `<text class="node-name" x="14" y="22">${esc(clip(n.name, nameChars))}</text>`
       // the lines are parted by a space, undrawn, so their text reads as words (the accessible name, speak)
-      + ` <text class="node-sub" x="14" y="39">${esc(clip(n.type, 12))} · ${attempt} · <tspan class="mode" data-mode="${esc(n.workspace_mode)}">${esc(mode)}</tspan></text>`
+      // a folded node counts its attempts in the badge: the current action's own try count
+      // ("1/2") beside "×18" would read as a second, contradicting count (it stays in the tooltip)
+      + ` <text class="node-sub" x="14" y="39">${esc(clip(n.type, 12))} · ${attempts > 1 ? "" : `${attempt} · `}<tspan class="mode" data-mode="${esc(n.workspace_mode)}">${esc(mode)}</tspan></text>`
       + ` <text class="node-status" x="14" y="56">${esc(n.stopping ? "■" : ICON[n.status] || "•")} ${esc(label)}`
       + `${dur ? ` · ${since && n.status === "waiting" ? "for " : ""}<tspan class="node-dur">${esc(dur)}</tspan>${since && n.status === "failed" ? " ago" : ""}` : ""}</text>`
       + (extra ? ` <text class="${extra.cls}" x="14" y="72">${esc(extra.text)}</text>` : "")

@@ -102,7 +102,7 @@ function renderPreview(p) {
   const d = state.detail;
   const running = p.superseded_run_ids.map((rid) => {
     const run = d?.runs.find((r) => r.id === rid);
-    return `${run ? stageName(run.action_id, "a stage") : "a stage"} (worker ${shortId(run?.owner_boot_id)}, epoch ${run?.lease_epoch ?? "?"})`;
+    return `${run ? stageName(run.action_id, "a stage") : "a stage"} (worker ${shortId(run?.owner_boot_id)})`;
   });
   const lines = [];
   if (p.mode === "graph") {
@@ -423,7 +423,7 @@ const stopsKey = (row) => (row?.stops || []).map((s) => s.run_id).join(",");
 
 function renderCancelPreview(row) {
   const stops = (row?.stops || []).map((s) =>
-    `${stageName(s.action_id, s.stage_id)} (worker ${shortId(s.owner_boot_id)}, epoch ${s.lease_epoch})`);
+    `${stageName(s.action_id, s.stage_id)} (worker ${shortId(s.owner_boot_id)})`);
   $("cancel-preview").replaceChildren(h("p", { id: "cancel-running-line" }, stops.length
     ? [h("strong", {}, "Running work that will be stopped: "), `${stops.join(", ")}.`]
     : h("span", { class: "muted" }, "No running work will be stopped.")));

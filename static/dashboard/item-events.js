@@ -98,7 +98,10 @@ function eventWords(ev, stage) {
       return { text: [`Retried by ${who}${d.reason ? `: ${quote(d.reason, 80)}` : ""}`],
         detail: [d.target_stage_id ? `${stageLabel(d.target_stage_id)} starts again` : stage ? `${stageLabel(stage)} runs again` : ""] };
     case "action.guidance_added": return { text: S(` got guidance from ${who}`), detail: [quote(d.guidance, 80)] };
-    case "run.claimed": return { text: S(" started on worker ", workerId(d.owner_boot_id)), detail: [`lease epoch ${d.lease_epoch}`] };
+    case "run.claimed":
+      // the lease epoch counts the starts of the action: words for the lead, the number for the admin's eye
+      return { text: S(" started on worker ", workerId(d.owner_boot_id)),
+        detail: d.lease_epoch > 1 ? [h("span", { title: `lease epoch ${d.lease_epoch}` }, `start ${d.lease_epoch} of this attempt`)] : [] };
     case "action.waiting": return { text: S(" asks for an answer"), detail: d.reason ? [quote(d.reason)] : [] };
     case "action.retry_scheduled":
       return { text: S(` failed on attempt ${d.attempt} of ${d.max_attempts}; it runs again`), detail: d.error ? [quote(d.error)] : [] };

@@ -56,7 +56,37 @@ function attemptsSection(node, action) {
     : h("p", { class: "muted" }, "No runs yet."));
 }
 
-function runCard(run, number, ownAction, attempt = null) {
+// --- a run's long texts: not in the pushed state (its response and evidence; its summary and
+// error cut to 300 characters); the panel reads every run of the stage it shows, whole, when it
+// opens the stage and again when one of them ended or a new one began meanwhile
+const runTexts = new Map(); // run id -> RunOut as read
+const stageReads = new Map(); // stage id -> what its runs were when last read (see runsKey)
+const runsKey = (runs) => runs.map((r) => `${r.id}:${r.ended_at || ""}`).sort().join(",");
+
+function readStageRuns(node) {
+  if (!node || !state.detail) return;
+  const key = runsKey(runsOfNode(state.detail, node));
+  if (!key || stageReads.get(node.stage_id) === key) return;
+  stageReads.set(node.stage_id, key);
+  api(`${base}/stages/${encodeURIComponent(node.stage_id)}/runs`).then((out) => {
+    for (const r of out.runs) runTexts.set(r.id, r);
+    const shown = state.panelOpen && graphView.selectedData();
+    if (shown && shown.stage_id === node.stage_id) renderPanel(shown);
+  }).catch(() => { stageReads.delete(node.stage_id); }); // the next open or update asks again
+}
+
+/** A run as the panel shows it: its pushed fields, with the texts read whole where they are current. */
+function withTexts(run) {
+  const t = runTexts.get(run.id);
+  if (!t) return run;
+  // an ended run no longer changes: what was read of it after its end is the whole of it
+  if (run.ended_at && t.ended_at === run.ended_at) return { ...run, ...t, status: run.status };
+  // a running one's counters and summary move on in the pushed state: only its texts come from the read
+  return { ...run, response: run.response ?? t.response, evidence: run.evidence ?? t.evidence };
+}
+
+function runCard(pushed, number, ownAction, attempt = null) {
+  const run = withTexts(pushed);
   const status = attempt ? attempt.status : run.status;
   const counters = [["tokens", run.total_tokens], ["tool calls", run.tool_count], ["LLM requests", run.llm_request_count], ["loops", run.loop_count]]
     .filter(([, v]) => v).map(([k, v]) => `${formatCount(v)} ${k}`).join(" · ");
@@ -113,7 +143,8 @@ function guidanceBox(action) {
     if (!area.value.trim()) { showError(err, "Write the guidance first."); area.focus(); return; }
     btn.disabled = true;
     try {
-      await api(`${base}/guidance`, { method: "POST", body: { action_id: action.id, revision: d.revision, guidance: area.value } });
+      // the revision held now (the panel is not drawn again on every update)
+      await api(`${base}/guidance`, { method: "POST", body: { action_id: action.id, revision: state.detail.revision, guidance: area.value } });
       area.value = "";
       showError(err, "");
       refreshAll();
@@ -152,10 +183,26 @@ function instructionSection(action) {
   return action.instruction ? h("details", { class: "panel-section instruction" }, h("summary", {}, "Instruction"), h("pre", {}, action.instruction)) : null;
 }
 
+/** What the panel draws for a node, in one string: it is drawn again only when this changed
+ *  (a relayout, a select of the same stage or an update of another stage leave it as it is). */
+function panelSignature(node, action) {
+  const stage = graphView.stageOf(node.stage_id);
+  const runs = runsOfNode(state.detail, node).map((r) => [r, runTexts.get(r.id)?.ended_at ?? null, !!runTexts.get(r.id)]);
+  const d = state.detail;
+  return JSON.stringify([node, action, runs, markedRun, d.status, d.current_action_id === action.id, config.can_change,
+    stage ? stage.attempts.map((a) => [a.key, a.status, a.cause, a.end, a.reason]) : null]);
+}
+let drawn = null; // the signature on screen
+
 function renderPanel(node) {
   const body = $("panel-body");
-  if (!node || !state.detail) { body.replaceChildren(h("p", { class: "muted" }, "Select a stage in the graph.")); return; }
-  const action = state.detail.actions.find((a) => a.id === node.id);
+  if (!node || !state.detail) { drawn = null; body.replaceChildren(h("p", { class: "muted" }, "Select a stage in the graph.")); return; }
+  const action0 = state.detail.actions.find((a) => a.id === node.id);
+  const signature = action0 ? panelSignature(node, action0) : null;
+  if (signature && signature === drawn && body.childElementCount) return;
+  drawn = signature;
+  readStageRuns(node);
+  const action = action0;
   $("panel-title").replaceChildren(node.name, " ", badge(node.status));
   if (!action) { body.replaceChildren(h("p", { class: "muted" }, "Loading…")); refreshers.detail(); return; }
   const runs = runsOfNode(state.detail, node);
@@ -198,6 +245,7 @@ function openPanel(node) {
 
 function closePanel() {
   state.panelOpen = false;
+  drawn = null;
   markedRun = null;
   $("panel").hidden = true;
   $("workspace").classList.remove("with-panel");

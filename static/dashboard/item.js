@@ -89,20 +89,20 @@ $("node-list-wrap").addEventListener("toggle", () => {
 function renderNodeList(graph) {
   if (graph.nodes.length > 80 && !$("node-list-wrap").open) { nodeListPending = graph; return; }
   nodeListPending = null;
+  // one row per stage, as the graph draws it (its attempts folded into it, item-stages.js)
+  const shown = graphView.shown || [];
+  const names = new Map(shown.map((n) => [n.stage_id, n.name]));
   const deps = new Map();
-  for (const e of graph.edges) {
-    const key = graph.execution_mode === "graph" ? e.target : e.target_action_id;
-    const src = graph.execution_mode === "graph" ? e.source : graph.nodes.find((n) => n.id === e.source_action_id)?.name;
-    if (!deps.has(key)) deps.set(key, []);
-    deps.get(key).push(src);
-  }
-  const rows = graph.nodes.map((n) => h("tr", { dataset: { id: n.id, status: n.status } },
+  const dep = (a, b) => { if (!deps.has(b)) deps.set(b, []); if (!deps.get(b).includes(names.get(a) || a)) deps.get(b).push(names.get(a) || a); };
+  if (graph.execution_mode === "graph") for (const e of graph.edges) dep(e.source, e.target);
+  else for (let i = 0; i + 1 < shown.length; i++) dep(shown[i].stage_id, shown[i + 1].stage_id);
+  const rows = shown.map((n) => h("tr", { dataset: { id: n.id, stage: n.stage_id, status: n.status } },
     h("td", {}, h("button", { type: "button", class: "linkish", onclick: () => { graphView.select(graphView.keyOf(n), { open: true }); } }, n.name)),
     h("td", {}, n.type),
     h("td", {}, badge(n.status)),
-    h("td", {}, `${n.attempt}/${n.max_attempts}`),
-    h("td", {}, n.run ? `${graphView.durationText(n)}${n.run.ended_at ? "" : " (running)"}` : "—"),
-    h("td", {}, (deps.get(graph.execution_mode === "graph" ? n.stage_id : n.id) || []).join(", ") || "—"),
+    h("td", {}, String(Math.max(1, n.attempts || 0))),
+    h("td", {}, n.run ? `${graphView.durationText(n)}${n.run.ended_at || n.since != null ? "" : " (running)"}` : "—"),
+    h("td", {}, (deps.get(n.stage_id) || []).join(", ") || "—"),
     h("td", {}, (n.blocked_by || []).join("; ") || "—")));
   $("node-list").replaceChildren(...rows);
 }
@@ -124,7 +124,11 @@ async function loadDetail() {
   try {
     const detail = await api(base);
     state.detail = detail;
-    if (state.graph) { state.history = stageHistory(state.graph, detail); graphView.setGraph(state.graph, state.history); }
+    if (state.graph) {
+      state.history = stageHistory(state.graph, detail);
+      graphView.setGraph(state.graph, state.history);
+      renderNodeList(state.graph);
+    }
     emit("detail", detail);
     emit("events", detail.events);
     if (state.graph) renderEmpty();

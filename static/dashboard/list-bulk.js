@@ -16,10 +16,10 @@ const MAX_ANSWER = 8000;
 
 const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
-/** "stops test — worker 3f2a…, epoch 4" for each run the change would stop. */
+/** "stops test — worker 3f2a…" for each run the change would stop. */
 function stopsText(stops) {
   if (!stops || !stops.length) return "";
-  return `stops ${stops.map((s) => `${s.stage_id || "a stage"} — worker ${shortId(s.owner_boot_id)}, epoch ${s.lease_epoch}`).join("; ")}`;
+  return `stops ${stops.map((s) => `${s.stage_id || "a stage"} — worker ${shortId(s.owner_boot_id)}`).join("; ")}`;
 }
 
 /** What an allowed row will do, in words. */

@@ -49,7 +49,13 @@ const overview = new OverviewStrip(document.getElementById("overview"));
 // --- rendering -----------------------------------------------------------------------------------
 
 function progress(item) {
-  const c = item.action_counts || {};
+  const c = { ...(item.action_counts || {}) };
+  // a linear stage that asked a question is `completed` by DOMAIN §7.4 while its item waits: the
+  // bar shows it waiting, as the item page's graph does
+  if (item.status === "waiting" && !c.waiting && c.completed) {
+    c.completed -= 1;
+    c.waiting = 1;
+  }
   const total = Object.entries(c).filter(([s]) => s !== "superseded").reduce((a, [, n]) => a + n, 0);
   const done = c.completed || 0;
   const bar = h("div", { class: "progress", role: "img", "aria-label": `${done} of ${total} actions completed` });

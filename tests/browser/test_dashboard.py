@@ -162,7 +162,7 @@ def test_retry_through_the_ui_previews_outlines_and_resets_exactly_those_nodes(p
     running_line = page.locator("#retry-running-line").inner_text()
     if preview["superseded_run_ids"]:
         assert "Running work that will be stopped" in running_line and "docs" in running_line
-        assert f"epoch {docs.run.lease_epoch}" in running_line
+        assert f"worker {docs.run.owner_boot_id[:8]}" in running_line and "epoch" not in running_line
     # the nodes to reset are outlined while the dialog is open
     outlined = sorted(page.eval_on_selector_all("#graph g.node.outlined", "els => els.map(e => e.dataset.stage)"))
     assert outlined == to_reset

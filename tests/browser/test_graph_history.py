@@ -115,6 +115,14 @@ def test_a_linear_stage_retried_17_times_is_one_node_with_18_attempts(page, daph
     status = node(page, "implement").locator(".node-status").text_content()
     assert re.fullmatch(r"✕ failed · \d+ m \d\d s ago", status), status
     assert int(status.split("· ")[1].split(" m")[0]) >= 1, status
+    # the folded node counts its attempts once: no "1/2" try count of the newest action beside "×18"
+    sub = node(page, "implement").locator(".node-sub").text_content()
+    assert not re.search(r"\d+/\d+", sub), sub
+    # the text alternative lists the stages as the graph draws them: one row per stage
+    page.click("#node-list-wrap summary")
+    rows = page.eval_on_selector_all("#node-list tr", "rows => rows.map(r => [r.dataset.stage, r.cells[3].textContent])")
+    assert rows == [["triage", "1"], ["implement", "18"]], rows
+    page.click("#node-list-wrap summary")
 
     screenshots(page, "history-retried")
 
@@ -283,6 +291,13 @@ def test_a_waiting_linear_stage_is_drawn_waiting_on_an_amber_path_counting_from_
     head = page.locator("#wc-arrow-waiting path").evaluate("el => getComputedStyle(el).fill")
     assert head == stroke
     screenshot(page, "history-waiting-1280-light.png")
+    # the list's progress bar shows the stage that asked as waiting, not a full green 2/2
+    page.goto(f"{daphne_server.url}/")
+    row = page.locator(f'#items tr[data-id="{item.pk}"]')
+    row.wait_for()
+    segs = row.locator(".progress-seg").evaluate_all("els => els.map(e => e.dataset.status)")
+    assert segs == ["completed", "waiting"], segs
+    assert row.locator(".progress-text").text_content() == "1/2"
 
 
 def test_skip_link_active_descendant_and_the_stage_in_the_url(page, daphne_server, bg):

@@ -97,12 +97,24 @@ def test_a_run_interrupted_failed_and_retried_draws_three_bars_in_order(page, da
     assert abs(wait["x"] - (shown[1]["left"] + shown[1]["width"])) <= 2
     assert abs(wait["width"] - 60 * unit) <= 2
     assert page.locator("#runs-view .tl-tick").count() >= 2
+    # two stages fill the view's height: their rows grow (to at most 44 px), the bars sit mid-row
+    heights = page.eval_on_selector_all("#runs-view .tl-row", "rows => rows.map(r => r.getBoundingClientRect().height)")
+    assert all(43 <= h <= 45 for h in heights), heights
+    bar = box(page.locator(f'#runs-view .tl-bar[data-run="{r1.run.pk}"]'))
+    row_box = box(page.locator('#runs-view .tl-row[data-stage="build"]'))
+    assert abs((bar["y"] + bar["height"] / 2) - (row_box["y"] + row_box["height"] / 2)) <= 1.5
     for width in (1280, 800):
         page.set_viewport_size({"width": width, "height": 800})
         for scheme in ("light", "dark"):
             page.emulate_media(color_scheme=scheme)
             page.locator("#runs-view").scroll_into_view_if_needed()
             screenshot(page, f"timeline-{width}-{scheme}.png")
+        # the legend gives way a whole key at a time: a key shows whole on its one line or not at all
+        cut = page.evaluate("""() => { const l = document.querySelector('.graph-toolbar .legend').getBoundingClientRect();
+            return [...document.querySelectorAll('.graph-toolbar .legend-item')].filter(el => el.getClientRects().length)
+              .map(el => [el.textContent, el.getBoundingClientRect()])
+              .filter(([, r]) => r.top < l.bottom && (r.right > l.right + 0.5 || r.bottom > l.bottom + 0.5)).map(([t]) => t); }""")
+        assert cut == [], (width, cut)
     page.set_viewport_size({"width": 1280, "height": 800})
     page.emulate_media(color_scheme="light")
 

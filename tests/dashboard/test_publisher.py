@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import asyncio
+import logging
 import multiprocessing
 import os
 import threading
@@ -360,7 +361,41 @@ def test_redis_groups_nobody_is_in_are_not_rendered(store, redis_layer, stream_r
     assert [i for batch in stream_reads for i in batch] == [cancel.id]
 
 
-def test_redis_burst_reaches_a_listener_in_id_order(store, redis_layer, monkeypatch):
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(f"{record.name} {record.levelname} {record.getMessage()} {record.exc_text or ''}"[:600])
+
+
+@pytest.fixture
+def publisher_log():
+    """What the publisher logged during the test, whatever an earlier test did to logging."""
+    handler = _Records()
+    logger = logging.getLogger("workcenter.events")
+    was = logger.disabled
+    logger.disabled = False
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+    logger.disabled = was
+
+
+def _publisher_facts(want, got, batches_before, log) -> str:
+    """What the publisher of this process was doing when a listener waited in vain."""
+    from workcenter.send_loop import send_loop
+
+    queue = publisher.queue
+    locks = {id(loop): lock.locked() for loop, lock in publisher._send_locks.items()}
+    return (f"no message for 20 s: want {want}, got {sorted(m['id'] for m in got)}; batches rendered "
+            f"{queue.batches - batches_before} since, waiting {len(queue.waiting)}, busy {queue.busy}, "
+            f"thread alive {queue.thread is not None and queue.thread.is_alive()}, known {[i for i in want if i in queue]}, "
+            f"sends in flight {len(send_loop.pending)}, send locks held {locks}; logged: {log.lines}")
+
+
+def test_redis_burst_reaches_a_listener_in_id_order(store, redis_layer, monkeypatch, publisher_log):
     monkeypatch.setattr(batching, "RENDER_INTERVAL", 0.2)
     channel = _on_send_loop(redis_layer.new_channel())
     _on_send_loop(redis_layer.group_add(ITEMS_GROUP, channel))
@@ -386,8 +421,12 @@ def test_redis_burst_reaches_a_listener_in_id_order(store, redis_layer, monkeypa
     publisher.drain(5)
     want = list(Event.objects.filter(id__gt=before).order_by("id").values_list("id", flat=True))
     got, messages = [], 0  # a batch of several events arrives as one `stream.events` message
+    batches = publisher.queue.batches
     while len(got) < len(want):
-        message = _on_send_loop(asyncio.wait_for(redis_layer.receive(channel), 20))
+        try:
+            message = _on_send_loop(asyncio.wait_for(redis_layer.receive(channel), 20))
+        except TimeoutError:
+            raise AssertionError(_publisher_facts(want, got, batches, publisher_log)) from None
         mine = [m for m in (message["events"] if message["type"] == "stream.events" else [message])
                 if m["id"] > before]  # an earlier test's batch may still reach the group
         got.extend(mine)

@@ -199,7 +199,13 @@ def _apply(client, model, action, ids, **fields):
 
 
 def _label(action):
-    return f"Action {action.effective_stage_id} #{action.sequence} ({action.pk[:8]})"
+    return f"“{action.work_item.title}” · stage {action.effective_stage_id} #{action.sequence} ({action.pk[:8]})"
+
+
+def _run_label(run):
+    action = run.action
+    return (f"“{run.work_item.title}” · stage {action.effective_stage_id} #{action.sequence} · run {run.pk[:8]} "
+            f"on worker {run.owner_boot_id[:8]}")
 
 
 def test_reset_confirmation_then_apply(admin_client, data):
@@ -253,7 +259,7 @@ def test_release_run(admin_client, data):
     assert Run.objects.get(pk=lc.run.pk).status == "interrupted"
     ev = Event.objects.filter(type="run.released").get()
     assert (ev.actor, ev.run_id, ev.data) == ("admin:root", lc.run.pk, {"retryable": True, "reason": "host rebooted"})
-    assert _messages(r) == [("success", f"Run {lc.run.pk[:8]}: released; its Action is ready again")]
+    assert _messages(r) == [("success", f"{_run_label(lc.run)}: released; the stage is ready to run again")]
 
 
 def test_edit_single_action_prefills_and_writes_changed_fields(admin_client, data):
@@ -344,7 +350,7 @@ def test_staff_with_change_workitem_can_repair(client, django_user_model, data):
     client.force_login(user)
     lc = data["linear_claim"]
     r = _apply(client, "run", "release_runs", [lc.run.pk], reason="stuck")
-    assert _messages(r) == [("success", f"Run {lc.run.pk[:8]}: released; its Action is ready again")]
+    assert _messages(r) == [("success", f"{_run_label(lc.run)}: released; the stage is ready to run again")]
     assert Event.objects.filter(type="run.released").get().actor == "admin:lead"
 
 

@@ -111,6 +111,35 @@ def test_the_instruction_route_reads_an_actions_texts(store, viewer):
     assert Client().get(f"/api/v1/work-items/{item.pk}/actions/{action.pk}/instruction").status_code == 401
 
 
+def test_the_stage_runs_route_reads_every_run_of_a_stage_whole(store, viewer):
+    """A linear stage's runs across its actions (one per retry), oldest first, with what the
+    state leaves out or cuts: the response, the evidence, an error longer than 300 characters."""
+    long_error = "the build broke: " + "x" * 600
+    item = retried(store, 2, response="full response text")
+    services.work_item_retry(item_id=item.pk, actor="user:lead", now=store.now())
+    claim = store.claim_item(item.pk)
+    store.submit(claim, {"outcome": "failed", "error": long_error, "response": "last response",
+                         "evidence": ["log: build.txt"]})
+    client = Client()
+    client.force_login(viewer)
+    body = client.get(f"/api/v1/work-items/{item.pk}/stages/implement/runs").json()
+    assert body["stage_id"] == "implement"
+    runs = body["runs"]
+    assert len(runs) == 4
+    assert [r["started_at"] for r in runs] == sorted(r["started_at"] for r in runs)
+    assert len({r["action_id"] for r in runs}) == 4  # one action per retry, all of the stage
+    assert runs[0]["response"] == "full response text"
+    assert runs[-1]["error"].startswith("the build broke: ") and len(runs[-1]["error"]) > 300
+    assert [e["label"] for e in runs[-1]["evidence"]] == ["log: build.txt"]
+    assert runs[-1]["response"] == "last response"
+    triage = client.get(f"/api/v1/work-items/{item.pk}/stages/triage/runs").json()["runs"]
+    assert len(triage) == 1 and triage[0]["status"] == "completed"
+    missing = client.get(f"/api/v1/work-items/{item.pk}/stages/nope/runs")
+    assert missing.status_code == 404 and missing.json()["code"] == "not_found"
+    assert client.get("/api/v1/work-items/nope/stages/triage/runs").status_code == 404
+    assert Client().get(f"/api/v1/work-items/{item.pk}/stages/triage/runs").status_code == 401
+
+
 def test_get_state_answers_the_shape_the_stream_pushes_whole(store, viewer):
     item = retried(store, 1)
     client = Client()
