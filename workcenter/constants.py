@@ -30,3 +30,7 @@ MAX_INT64 = 2**63 - 1
 # dependants, a plan's parallel branches, a retry: the long-poll claim wakes the next parked claim
 # of its process). A claim without `wait_ms` is asked for neither.
 CLAIM_HINTS = "workcenter.claim_hints"
+
+# the environment variable that lets a web server honour the demo's one-time sign-in links
+# (workcenter/demo_login.py); only `manage.py demo` sets it, for the server it starts with debug on
+DEMO_LOGIN_ENV = "WORKCENTER_DEMO_LOGIN"

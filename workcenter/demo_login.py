@@ -10,7 +10,7 @@ from django.contrib.auth.tokens import PasswordResetTokenGenerator
 from django.urls import reverse
 from django.utils.http import urlsafe_base64_encode
 
-DEMO_LOGIN_ENV = "WORKCENTER_DEMO_LOGIN"
+from .constants import DEMO_LOGIN_ENV  # noqa: F401 (its home is constants: settings read it before the apps load)
 
 
 class DemoLoginTokens(PasswordResetTokenGenerator):

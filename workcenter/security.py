@@ -6,7 +6,8 @@ debug off, a process that serves the site must not sign with the development key
 read it in this repository and forge sessions, CSRF tokens and password-reset links with it) or
 a key too weak to guess at, and must name the hosts it answers to (`*` lets any Host header
 through: cache poisoning and password-reset links to a foreign host). `manage.py check --deploy`
-reports the same problems (workcenter.E001, workcenter.E002).
+reports the same problems (workcenter.E001, workcenter.E002). Nor may it honour the demo's
+one-time sign-in links (workcenter.E003): they sign in the demo's published accounts.
 
 Content-Security-Policy: the pages load scripts, styles, images and fonts from this origin only,
 run no inline script or style, and talk to this origin only (the API by fetch, the live stream
@@ -20,8 +21,12 @@ With debug on, Django's own error pages (inline script and style) are sent witho
 """
 from __future__ import annotations
 
+import os
+
 from django.conf import settings
 from django.core.checks import Error, Tags, register
+
+from .constants import DEMO_LOGIN_ENV
 
 DEVELOPMENT_SECRET_KEY = "workcenter-development-key-change-me-in-production"
 SECRET_KEY_MIN_LENGTH = 50  # Django's own bar (check --deploy security.W009)
@@ -64,6 +69,11 @@ def configuration_problems() -> list[tuple[str, str]]:
         problems.append(("workcenter.E002", (
             "DJANGO_ALLOWED_HOSTS=* accepts any Host header: set it to the host names this server "
             "answers to, comma-separated (e.g. DJANGO_ALLOWED_HOSTS=workcenter.example.com)")))
+    if os.environ.get(DEMO_LOGIN_ENV) == "1":
+        problems.append(("workcenter.E003", (
+            f"{DEMO_LOGIN_ENV}=1 turns on the demo's one-time sign-in links, which `manage.py demo` "
+            f"prints for its published accounts: unset {DEMO_LOGIN_ENV} (the demo sets it, with debug on, "
+            "for the server it starts)")))
     return problems
 
 

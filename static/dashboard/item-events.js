@@ -68,6 +68,14 @@ function targetEl(stage) {
   return h("span", { class: "event-target", title: `back to stage ${stage}` }, ` → ${stageLabel(stage)}`);
 }
 
+/** The stage's attempt (1, 2, …) a run.claimed event started; null while the page's history
+ *  does not hold that run yet (the row is drawn again when it does). */
+function attemptNumber(ev) {
+  const s = state.history && state.history.stages.get(stageOf(ev));
+  const i = s ? s.attempts.findIndex((a) => a.key === ev.run_id) : -1;
+  return i < 0 ? null : i + 1;
+}
+
 function stageOf(ev) {
   if (!ev.action_id || !state.detail) return "";
   const a = state.detail.actions.find((x) => x.id === ev.action_id);
@@ -98,10 +106,13 @@ function eventWords(ev, stage) {
       return { text: [`Retried by ${who}${d.reason ? `: ${quote(d.reason, 80)}` : ""}`],
         detail: [d.target_stage_id ? `${stageLabel(d.target_stage_id)} starts again` : stage ? `${stageLabel(stage)} runs again` : ""] };
     case "action.guidance_added": return { text: S(` got guidance from ${who}`), detail: [quote(d.guidance, 80)] };
-    case "run.claimed":
-      // the lease epoch counts the starts of the action: words for the lead, the number for the admin's eye
+    case "run.claimed": {
+      // which attempt of the stage this run is, numbered as the panel and the Timeline number them
+      // (the lease epoch counts the claims of one action: a linear retry starts a new action at 1)
+      const n = attemptNumber(ev);
       return { text: S(" started on worker ", workerId(d.owner_boot_id)),
-        detail: d.lease_epoch > 1 ? [h("span", { title: `lease epoch ${d.lease_epoch}` }, `start ${d.lease_epoch} of this attempt`)] : [] };
+        detail: n > 1 ? [h("span", { title: `lease epoch ${d.lease_epoch}` }, `attempt ${n} of this stage`)] : [] };
+    }
     case "action.waiting": return { text: S(" asks for an answer"), detail: d.reason ? [quote(d.reason)] : [] };
     case "action.retry_scheduled":
       return { text: S(` failed on attempt ${d.attempt} of ${d.max_attempts}; it runs again`), detail: d.error ? [quote(d.error)] : [] };
@@ -152,6 +163,7 @@ function eventRow(ev) {
   // an action the page does not know yet (a plan just added it): the row is redrawn with the detail
   if (ev.action_id && !stage) dataset.pendingStage = ev.action_id;
   if (!target.exact) dataset.pendingTarget = "";
+  if (ev.type === "run.claimed" && ev.run_id && attemptNumber(ev) === null) dataset.pendingAttempt = "";
   const words = eventWords(ev, stage);
   const detail = (words.detail || []).filter((part) => part !== "" && part != null);
   return h("li", { class: "event", dataset },
@@ -183,11 +195,12 @@ function addEvents(events) {
 /** Rows drawn before the detail knew their actions (their stage, the stage a changes request
  *  returns to) are redrawn as soon as it does. */
 function fillPending() {
-  for (const li of $("events").querySelectorAll("li.event[data-pending-stage], li.event[data-pending-target]")) {
+  for (const li of $("events").querySelectorAll("li.event[data-pending-stage], li.event[data-pending-target], li.event[data-pending-attempt]")) {
     const ev = state.events.get(Number(li.dataset.id));
     if (!ev) continue;
     if (li.dataset.pendingStage !== undefined && !stageOf(ev)) continue;
     if (li.dataset.pendingTarget !== undefined && !returnTarget(ev).exact) continue;
+    if (li.dataset.pendingAttempt !== undefined && attemptNumber(ev) === null) continue;
     li.replaceWith(eventRow(ev));
   }
 }

@@ -109,13 +109,26 @@ function runCard(pushed, number, ownAction, attempt = null) {
     attempt && attempt.cause ? h("p", { class: "attempt-cause muted" }, `Then ${attempt.cause}.`) : null);
 }
 
+/** A context entry (DOMAIN §12.9: {type, stage_id?, vp_id?, role?, summary, evidence,
+ *  review_decision?, waiting_reason?, answer?, source_title?}) in words, never as raw JSON. */
 function contextEntry(c) {
   if (typeof c === "string") return h("li", {}, c);
-  if (c && typeof c === "object") {
-    return h("li", {}, c.type ? h("span", { class: "tag" }, c.type) : null, c.role ? h("span", { class: "muted" }, `${c.role} `) : null,
-      c.summary || c.text || c.content || h("code", {}, JSON.stringify(c)));
-  }
-  return h("li", {}, String(c));
+  if (!c || typeof c !== "object") return h("li", {}, String(c));
+  const text = c.summary || c.text || c.content || "";
+  const evidence = (c.evidence || []).map((e) => (typeof e === "string" ? e : e && (e.label || e.title || e.path || e.url))).filter(Boolean);
+  const lines = [
+    c.review_decision ? h("div", {}, h("strong", {}, "Review: "), c.review_decision === "changes_requested" ? "requested changes" : "approved") : null,
+    c.waiting_reason ? h("div", {}, h("strong", {}, "Question: "), c.waiting_reason) : null,
+    c.answer ? h("div", {}, h("strong", {}, "Answer: "), c.answer) : null,
+    evidence.length ? h("div", { class: "muted" }, `Evidence: ${evidence.slice(0, 5).join(" · ")}${evidence.length > 5 ? ` (+${evidence.length - 5})` : ""}`) : null,
+  ].filter(Boolean);
+  return h("li", { class: "context-entry" },
+    c.type ? h("span", { class: "tag" }, c.type) : null,
+    c.stage_id && c.stage_id !== c.type ? h("span", { class: "muted" }, `${c.stage_id} `) : null,
+    c.role ? h("span", { class: "muted" }, `${c.role} `) : null,
+    c.source_title ? h("span", { class: "muted" }, `from “${c.source_title}” `) : null,
+    text || (lines.length ? null : h("span", { class: "muted" }, "no summary")),
+    ...lines);
 }
 
 function dependencyResults(action) {

@@ -138,6 +138,9 @@ def test_a_linear_stage_retried_17_times_is_one_node_with_18_attempts(page, daph
     first = page.locator(f'#panel-body li.attempt[data-id="{newest_first[-1]}"]').inner_text()
     assert "#1" in first and "failed" in first and "compiler crashed (1)" in first
     assert "50 s" in first and "boot-A" in first  # the worker
+    # the context carried from the earlier attempts reads as words, never as raw JSON
+    context = page.locator("#panel-body ul.context").inner_text()
+    assert context and '{"' not in context and "null" not in context, context
     assert "Then retried by lead." in first
     page.locator("#panel-body h3", has_text="Attempts").scroll_into_view_if_needed()
     screenshot(page, "history-retried-panel-1280-light.png")

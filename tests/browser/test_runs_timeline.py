@@ -97,6 +97,10 @@ def test_a_run_interrupted_failed_and_retried_draws_three_bars_in_order(page, da
     assert abs(wait["x"] - (shown[1]["left"] + shown[1]["width"])) <= 2
     assert abs(wait["width"] - 60 * unit) <= 2
     assert page.locator("#runs-view .tl-tick").count() >= 2
+    # the events say which attempt of the stage each start was, numbered as the bars are
+    claims = page.eval_on_selector_all('#events li.event[data-type="run.claimed"]',
+                                       "els => els.map(e => e.querySelector('.event-detail')?.textContent || '')")
+    assert claims == ["attempt 3 of this stage", "attempt 2 of this stage", ""], claims
     # two stages fill the view's height: their rows grow (to at most 44 px), the bars sit mid-row
     heights = page.eval_on_selector_all("#runs-view .tl-row", "rows => rows.map(r => r.getBoundingClientRect().height)")
     assert all(43 <= h <= 45 for h in heights), heights

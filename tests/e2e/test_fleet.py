@@ -2,7 +2,8 @@
 processes long-polling over HTTP (two per server, three runs each), and 100 graph items created
 through both servers while the workers wait. Every item finishes, no action is claimed twice, no
 worker holds more than its concurrency, and no action that became ready waited more than 100 ms
-while a worker had a free slot.
+while a worker had a free slot (on an idle machine: the bound grows with the machine's load, up
+to a second, still well below a missed wake's poll or deadline).
 
 An action became ready when the transaction that created it (the item's creation, its triage's
 plan) or completed the last of its dependencies committed; it was claimed when its run started.
@@ -28,6 +29,7 @@ import redis
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 
+from tests.load import within
 from tests.live import ROOT, database_url, free_port, start_daphne, stop_process, wait_until
 from workcenter.auth import api_token_create
 from workcenter.models import Action, Event, Run, WorkItem
@@ -41,7 +43,8 @@ pytestmark = [
 
 REDIS_URL = os.environ.get("WORKCENTER_TEST_FLEET_REDIS_URL", redis_db_url(9))
 WORKERS, CONCURRENCY, ITEMS = 4, 3, 100
-IDLE_LIMIT_S = 0.100
+IDLE_LIMIT_S = 0.100  # on an idle machine; scaled by its load (tests/load.py), never past IDLE_CAP_S
+IDLE_CAP_S = 1.0  # a missed wake waits for a poll or the long-poll's deadline: seconds
 
 
 def _token() -> str:
@@ -136,6 +139,7 @@ def test_a_fleet_of_long_polling_workers_finishes_100_graph_items_without_idle_w
         assert wait_until(lambda: WorkItem.objects.filter(pk__in=ids, status="done").count() == ITEMS, 180, 0.2), \
             dict(Counter(WorkItem.objects.filter(pk__in=ids).values_list("status", flat=True)))
         took = time.time() - began
+        loaded_limit = within(IDLE_LIMIT_S, IDLE_CAP_S)  # how loaded the machine was as the fleet ran
     finally:
         for p in workers:
             stop_process(p, timeout=15)
@@ -200,4 +204,5 @@ def test_a_fleet_of_long_polling_workers_finishes_100_graph_items_without_idle_w
           f"max {1000 * waits[-1]:.0f} ms; longest wait while a worker's claim was parked {1000 * idle_waits[0][0]:.0f} ms; "
           f"runs per worker {sorted(owners.values())}; create p50 {1000 * sorted(created.values())[ITEMS // 2]:.0f} ms, "
           f"max {1000 * max(created.values()):.0f} ms; longest idle waits {idle_waits[:3]}")
-    assert idle_waits[0][0] <= IDLE_LIMIT_S, idle_waits[:5]
+    limit = max(loaded_limit, within(IDLE_LIMIT_S, IDLE_CAP_S))
+    assert idle_waits[0][0] <= limit, (limit, idle_waits[:5])

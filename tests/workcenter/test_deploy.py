@@ -78,6 +78,7 @@ def test_check_deploy_is_clean_with_the_documented_production_environment():
     ({"DJANGO_SECRET_KEY": "short-key"}, "workcenter.E001", "DJANGO_SECRET_KEY"),
     ({"DJANGO_ALLOWED_HOSTS": "*"}, "workcenter.E002", "DJANGO_ALLOWED_HOSTS"),
     ({"DJANGO_ALLOWED_HOSTS": ""}, "workcenter.E002", "DJANGO_ALLOWED_HOSTS"),
+    ({"WORKCENTER_DEMO_LOGIN": "1"}, "workcenter.E003", "WORKCENTER_DEMO_LOGIN"),
 ])
 def test_check_deploy_reports_the_development_key_and_any_host(env, check_id, variable):
     result = manage("check", "--deploy", env=production_env(**env))
@@ -94,6 +95,7 @@ def test_check_deploy_reports_the_development_key_and_any_host(env, check_id, va
     ({"DJANGO_ALLOWED_HOSTS": "*"}, "DJANGO_ALLOWED_HOSTS=* accepts any Host header"),
     ({"DJANGO_ALLOWED_HOSTS": "example.com, *"}, "DJANGO_ALLOWED_HOSTS=* accepts any Host header"),
     ({"DJANGO_ALLOWED_HOSTS": ""}, "DJANGO_ALLOWED_HOSTS is empty"),
+    ({"WORKCENTER_DEMO_LOGIN": "1"}, "WORKCENTER_DEMO_LOGIN=1 turns on the demo's one-time sign-in links"),
 ])
 def test_daphne_refuses_to_serve_on_unsafe_production_settings(env, variable, tmp_path):
     port = free_port()
