@@ -327,6 +327,11 @@ def redis_layer(monkeypatch):
         pytest.skip(f"no Redis at {REDIS_URL}")
     layer = RedisChannelLayer(**redis_layer_config(REDIS_URL))
     monkeypatch.setattr(publisher, "layer", lambda: layer)
+    # and for the event pump: one still polling in this process (a consumer or a long-poll claim
+    # of an earlier test on a loop that lives on) offers the test's events with the settings'
+    # in-memory layer, where nobody listens, before their commit hook does; each id is offered
+    # once, so the hook's offer to this layer was dropped and the listener waited in vain
+    monkeypatch.setattr("dashboard.stream.pump.get_channel_layer", lambda: layer)
     asyncio.run_coroutine_threadsafe(layer.flush(), publisher.own_loop()).result(10)
     yield layer
     asyncio.run_coroutine_threadsafe(layer.flush(), publisher.own_loop()).result(10)
@@ -387,12 +392,15 @@ def _publisher_facts(want, got, batches_before, log) -> str:
     """What the publisher of this process was doing when a listener waited in vain."""
     from workcenter.send_loop import send_loop
 
+    from dashboard.stream.pump import pump
+
     queue = publisher.queue
     locks = {id(loop): lock.locked() for loop, lock in publisher._send_locks.items()}
     return (f"no message for 20 s: want {want}, got {sorted(m['id'] for m in got)}; batches rendered "
             f"{queue.batches - batches_before} since, waiting {len(queue.waiting)}, busy {queue.busy}, "
             f"thread alive {queue.thread is not None and queue.thread.is_alive()}, known {[i for i in want if i in queue]}, "
-            f"sends in flight {len(send_loop.pending)}, send locks held {locks}; logged: {log.lines}")
+            f"sends in flight {len(send_loop.pending)}, send locks held {locks}; event pump running {pump.running} "
+            f"for {len(pump.consumers)} consumers, {pump.published} offered; logged: {log.lines}")
 
 
 def test_redis_burst_reaches_a_listener_in_id_order(store, redis_layer, monkeypatch, publisher_log):
