@@ -16,7 +16,8 @@ from django.utils.http import urlsafe_base64_decode
 
 from workcenter import selectors
 from workcenter.auth import CHANGE, VIEW, user_has_perm
-from workcenter.demo_login import DEMO_LOGIN_ENV, demo_login_tokens
+from workcenter.constants import DEMO_LOGIN_ENV
+from workcenter.demo_login import demo_login_tokens
 from workcenter.errors import NotFound
 from workcenter.models import Run
 from workcenter.security import CONTENT_SECURITY_POLICY

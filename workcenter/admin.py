@@ -47,6 +47,11 @@ def short(value: str | None) -> str:
     return (value or "")[:8]
 
 
+def clip(text: str, limit: int) -> str:
+    """`text`, cut to `limit` characters with an ellipsis when longer."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def change_link(model: str, pk: str | int | None, text: str | None = None):
     if pk in (None, ""):
         return "—"
@@ -333,8 +338,7 @@ def row_label(obj) -> str:
     run the run and its worker; not its status, which the repair has just changed."""
     if isinstance(obj, (Action, Run)):
         action = obj.action if isinstance(obj, Run) else obj
-        title = obj.work_item.title
-        where = f"“{title if len(title) <= 60 else title[:59] + '…'}” · stage {action.effective_stage_id} #{action.sequence}"
+        where = f"“{clip(obj.work_item.title, 60)}” · stage {action.effective_stage_id} #{action.sequence}"
         if isinstance(obj, Run):
             return f"{where} · run {short(obj.pk)} on worker {short(obj.owner_boot_id)}"
         return f"{where} ({short(obj.pk)})"
@@ -626,7 +630,6 @@ class EventAdmin(ReadOnlyAdmin):
 
     @admin.display(description="data")
     def summary(self, obj):
-        text = json.dumps(obj.data, ensure_ascii=False, default=str)
-        return text if len(text) <= 120 else text[:119] + "…"
+        return clip(json.dumps(obj.data, ensure_ascii=False, default=str), 120)
 
     data_view = json_view("data")

@@ -1,16 +1,14 @@
 """The demo's one-time sign-in link (`manage.py demo` prints it; the `demo-login` route honours it).
 
 A token bound to the user's last_login and password, so signing in once retires the link; the
-route accepts it only in a web server whose environment sets DEMO_LOGIN_ENV to "1" (the one the
-demo starts).
+route accepts it only in a web server whose environment sets constants.DEMO_LOGIN_ENV to "1" (the
+one the demo starts).
 """
 from __future__ import annotations
 
 from django.contrib.auth.tokens import PasswordResetTokenGenerator
 from django.urls import reverse
 from django.utils.http import urlsafe_base64_encode
-
-from .constants import DEMO_LOGIN_ENV  # noqa: F401 (its home is constants: settings read it before the apps load)
 
 
 class DemoLoginTokens(PasswordResetTokenGenerator):

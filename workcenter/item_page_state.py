@@ -42,8 +42,6 @@ import hashlib
 
 from . import render, selectors
 from .errors import NotFound
-from django.db.models import Q
-
 from .models import Action, Run, WorkItem
 from .schemas_out import DetailView, GraphOut, StateActionOut, StateRunOut, WorkItemDetailOut
 
@@ -174,8 +172,7 @@ def stage_runs(item_id: str, stage_id: str) -> dict:
     response, evidence and acceptance checks the state leaves out, the summary and error uncut),
     oldest first. What the side panel reads when it shows a stage, and again when one of its runs
     ended meanwhile. NotFound when the item is not there or has no such stage."""
-    of_stage = Q(stage_id=stage_id) | ((Q(stage_id__isnull=True) | Q(stage_id="")) & Q(type=stage_id))
-    actions = list(Action.objects.filter(of_stage, work_item_id=item_id).values_list("pk", flat=True))
+    actions = list(Action.objects.filter(Action.of_stage(stage_id), work_item_id=item_id).values_list("pk", flat=True))
     if not actions:
         if not WorkItem.objects.filter(pk=item_id).exists():
             raise NotFound(f"no work item has the id {item_id}", extra={"id": item_id})

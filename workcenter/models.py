@@ -121,6 +121,11 @@ class Action(models.Model):
     def effective_stage_id(self) -> str:
         return self.stage_id or self.type
 
+    @staticmethod
+    def of_stage(stage_id: str) -> Q:
+        """The actions whose `effective_stage_id` is `stage_id`, as a filter."""
+        return Q(stage_id=stage_id) | ((Q(stage_id__isnull=True) | Q(stage_id="")) & Q(type=stage_id))
+
 
 class Run(models.Model):
     id = models.CharField(primary_key=True, max_length=200, default=new_id)

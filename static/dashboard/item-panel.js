@@ -131,6 +131,24 @@ function contextEntry(c) {
     ...lines);
 }
 
+/** The entries in order, each run of identical ones drawn once with its count (a stage retried 17
+ *  times carries 17 alike entries of its failed attempts). */
+function contextList(entries) {
+  const out = [];
+  let last = null;
+  for (const c of entries) {
+    const key = JSON.stringify(c);
+    if (last && last.key === key) { last.count++; continue; }
+    last = { key, c, count: 1 };
+    out.push(last);
+  }
+  return out.map(({ c, count }) => {
+    const li = contextEntry(c);
+    if (count > 1) li.append(h("span", { class: "muted context-count" }, ` ×${count}`));
+    return li;
+  });
+}
+
 function dependencyResults(action) {
   const d = state.detail;
   return (action.depends_on_stage_ids || []).map((stage) => {
@@ -237,7 +255,7 @@ function renderPanel(node) {
       h("dt", {}, "Approach"), h("dd", {}, brief.approach || "—"),
       h("dt", {}, "Expected outcome"), h("dd", {}, brief.expected_outcome || "—"))),
     instructionSection(action),
-    (action.context || []).length ? section(`Context (${action.context.length})`, h("ul", { class: "context" }, ...action.context.map(contextEntry))) : null,
+    (action.context || []).length ? section(`Context (${action.context.length})`, h("ul", { class: "context" }, ...contextList(action.context))) : null,
     (action.depends_on_stage_ids || []).length ? section("Depends on", h("ul", { class: "deps" }, ...dependencyResults(action))) : null,
     attemptsSection(node, action),
   ];

@@ -17,12 +17,18 @@ import "./item-runs.js";
 // one history per stage (item-stages.js) for the graph, the Timeline and the panel: they agree
 function drawGraph(graph) {
   state.graph = graph;
-  state.history = stageHistory(graph, state.detail);
-  const timing = graphView.setGraph(graph, state.history);
+  const timing = drawStages();
   renderEmpty();
-  renderNodeList(graph);
   emit("graph", graph);
   restoreOnce();
+  return timing;
+}
+
+/** The stages of the graph and detail held, drawn: their history, the graph, its text alternative. */
+function drawStages() {
+  state.history = stageHistory(state.graph, state.detail);
+  const timing = graphView.setGraph(state.graph, state.history);
+  renderNodeList(state.graph);
   return timing;
 }
 
@@ -93,14 +99,18 @@ function renderNodeList(graph) {
   const shown = graphView.shown || [];
   const names = new Map(shown.map((n) => [n.stage_id, n.name]));
   const deps = new Map();
-  const dep = (a, b) => { if (!deps.has(b)) deps.set(b, []); if (!deps.get(b).includes(names.get(a) || a)) deps.get(b).push(names.get(a) || a); };
+  const dep = (a, b) => {
+    const name = names.get(a) || a;
+    if (!deps.has(b)) deps.set(b, []);
+    if (!deps.get(b).includes(name)) deps.get(b).push(name);
+  };
   if (graph.execution_mode === "graph") for (const e of graph.edges) dep(e.source, e.target);
   else for (let i = 0; i + 1 < shown.length; i++) dep(shown[i].stage_id, shown[i + 1].stage_id);
   const rows = shown.map((n) => h("tr", { dataset: { id: n.id, stage: n.stage_id, status: n.status } },
     h("td", {}, h("button", { type: "button", class: "linkish", onclick: () => { graphView.select(graphView.keyOf(n), { open: true }); } }, n.name)),
     h("td", {}, n.type),
     h("td", {}, badge(n.status)),
-    h("td", {}, String(Math.max(1, n.attempts || 0))),
+    h("td", {}, String(n.attempts || 0)), // as the Timeline counts them: 0 for a stage that never ran
     h("td", {}, n.run ? `${graphView.durationText(n)}${n.run.ended_at || n.since != null ? "" : " (running)"}` : "—"),
     h("td", {}, (deps.get(n.stage_id) || []).join(", ") || "—"),
     h("td", {}, (n.blocked_by || []).join("; ") || "—")));
@@ -124,11 +134,7 @@ async function loadDetail() {
   try {
     const detail = await api(base);
     state.detail = detail;
-    if (state.graph) {
-      state.history = stageHistory(state.graph, detail);
-      graphView.setGraph(state.graph, state.history);
-      renderNodeList(state.graph);
-    }
+    if (state.graph) drawStages();
     emit("detail", detail);
     emit("events", detail.events);
     if (state.graph) renderEmpty();

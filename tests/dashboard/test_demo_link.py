@@ -7,7 +7,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from workcenter.demo_login import DEMO_LOGIN_ENV, demo_login_path
+from workcenter.constants import DEMO_LOGIN_ENV
+from workcenter.demo_login import demo_login_path
 from workcenter.security import CONTENT_SECURITY_POLICY
 
 pytestmark = pytest.mark.django_db

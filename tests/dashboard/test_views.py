@@ -6,7 +6,8 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from workcenter.demo_login import DEMO_LOGIN_ENV, demo_login_path
+from workcenter.constants import DEMO_LOGIN_ENV
+from workcenter.demo_login import demo_login_path
 
 pytestmark = pytest.mark.django_db
 

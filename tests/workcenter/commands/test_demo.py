@@ -2,7 +2,8 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from workcenter.demo_login import DEMO_LOGIN_ENV, demo_login_path
+from workcenter.constants import DEMO_LOGIN_ENV
+from workcenter.demo_login import demo_login_path
 from workcenter.management.commands.demo import FEED, SEED, ensure_users, feed_item, seed_items
 from workcenter.models import Event, WorkItem
 

@@ -12,7 +12,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from workcenter import services
-from workcenter.demo_login import DEMO_LOGIN_ENV, demo_login_path
+from workcenter.constants import DEMO_LOGIN_ENV
+from workcenter.demo_login import demo_login_path
 from workcenter.models import WorkItem
 
 LEAD = ("lead", "lead-demo-password")
