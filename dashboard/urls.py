@@ -8,4 +8,5 @@ urlpatterns = [
     path("", views.work_item_list_page, name="list"),
     path("work-items/<str:item_id>/", views.work_item_page, name="item"),
     path("workers/", views.workers_page, name="workers"),
+    path("inbox/", views.inbox_page, name="inbox"),
 ]

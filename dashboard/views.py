@@ -14,7 +14,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import urlsafe_base64_decode
 
-from workcenter import selectors
+from workcenter import inbox, selectors
 from workcenter.auth import CHANGE, VIEW, user_has_perm
 from workcenter.constants import DEMO_LOGIN_ENV
 from workcenter.demo_login import demo_login_tokens
@@ -63,6 +63,9 @@ def _page_config(request: HttpRequest, **extra) -> dict:
         # any of the item operations (retry, cancel, edit, start, guidance): one permission today
         "can_change": all(may[k] for k in ("start", "retry", "edit", "cancel", "guide")),
         "api_base": "/api/v1",
+        # the nav badge's figure as the page opens (items waiting or needing attention); the pages
+        # with the list's stream keep it live from the pushed overview (static/dashboard/common.js)
+        "inbox_count": inbox.inbox_count(),
         **extra,
     }
 
@@ -90,6 +93,15 @@ def work_item_page(request: HttpRequest, item_id: str) -> HttpResponse:
 @permission_required(VIEW, raise_exception=True)
 def workers_page(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/workers.html", {"config": _page_config(request)})
+
+
+@login_required
+@permission_required(VIEW, raise_exception=True)
+def inbox_page(request: HttpRequest) -> HttpResponse:
+    """Every waiting stage and every item that needs attention (GET /api/v1/inbox), live; a
+    person who may change work items answers, retries and cancels in place, and may ask for
+    browser notifications (their choice: GET/PUT /api/v1/me/settings)."""
+    return render(request, "dashboard/inbox.html", {"config": _page_config(request)})
 
 
 _DEMO_LINK_PAGES = {

@@ -27,6 +27,8 @@ from .constants import CLAIM_HINTS
 from .errors import BadRequest, InvalidInput, StaleRun, WorkcenterError
 from .instruments import CLAIM_SECONDS, SUBMIT_SECONDS
 from .services import bulk
+from .api_inbox import router as inbox_router
+from .api_webhooks import webhooks as webhooks_router
 from .domain.normalize import UNSTORABLE
 from .services.runs import AppliedSubmission
 from .schemas_out import (
@@ -645,3 +647,5 @@ def integration_rollback(request, run_id: PathId, payload: IntegrationRollbackIn
 
 api.add_router("", items)
 api.add_router("", worker)
+api.add_router("", inbox_router)
+api.add_router("", webhooks_router)

@@ -117,12 +117,36 @@ def event_append(
     params = db.db_values(_EVENT_ADAPTERS, [d[f.attname] for f in _EVENT_FIELDS], conn.ops)
     if conn.vendor == "postgresql":
         params.append(EVENT_ORDER_LOCK)
-    if writes is not None:
-        writes.add(db.sql("event_insert", conn), params, returning="id", on_result=lambda v: setattr(event, "id", v))
-    else:
+    if writes is None and conn.vendor == "postgresql":
+        batch = db.Writes(cur)
+        _append_with_outbox(batch, event, params, conn)
+        batch.flush()
+    elif writes is None:
         event.id = db.insert_returning(cur, db.sql("event_insert", conn), params, "id")
+        db.hot_execute(cur, db.sql("webhook_outbox", conn), _outbox_params(event, conn))
+    else:
+        _append_with_outbox(writes, event, params, conn)
     publish_on_commit(event)
     return event
+
+
+def _append_with_outbox(writes, event: Event, params: list, conn) -> None:
+    """The event's insert and its webhook deliveries (the outbox: one row per webhook that takes
+    the event, written in the event's transaction, so a committed event is always delivered and a
+    rolled-back one never is). On PostgreSQL the outbox statement reads the event's id from the
+    insert before it in the batch; on SQLite it runs once the insert has run and set the id."""
+    writes.add(db.sql("event_insert", conn), params, returning="id", on_result=lambda v: setattr(event, "id", v))
+    outbox = db.sql("webhook_outbox", conn)
+    if writes.pg:
+        when = conn.ops.adapt_datetimefield_value(event.created_at)
+        writes.add(outbox, [when, when, event.work_item_id, f"|{event.type}|"], expect=None)
+    else:
+        db.hot_execute(writes.cur, outbox, _outbox_params(event, conn))
+
+
+def _outbox_params(event: Event, conn) -> list:
+    when = conn.ops.adapt_datetimefield_value(event.created_at)
+    return [when, when, event.id, event.work_item_id, f"|{event.type}|"]
 
 
 _EVENT_FIELDS = db.INSERT_FIELDS["Event"]

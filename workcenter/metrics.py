@@ -6,7 +6,8 @@ Where each figure comes from, and why:
   aggregates): work items by status; actions ready and claimable, ready and blocked, running,
   waiting; runs started and finished by outcome; runs recovered and, of those, the ones whose
   lease had expired; running runs whose lease has expired and that nobody has recovered yet;
-  events appended (the highest event id). These are counts of stored rows, so they are right
+  events appended (the highest event id); webhook deliveries pending and delivered, attempts by
+  outcome and the age of the oldest pending delivery. These are counts of stored rows, so they are right
   whichever process (web servers, workers, commands) did the work, and a restart loses nothing —
   the reason they are read rather than counted in memory: a worker beside the database never
   passes through the web process that is scraped. As Prometheus counters they only grow while
@@ -30,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 
-from django.db.models import Count, F, Max, Q
+from django.db.models import Count, F, Max, Min, Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -42,7 +43,7 @@ from .choices import ActionStatus, RunStatus, WorkItemStatus
 from .health import FIRST_CHECK_WAIT, health_response, probe, scrape_token_matches
 from .instruments import (CLAIM_SECONDS, CLAIMS_RECENT, EMPTY_WAKES, HTTP_IN_FLIGHT, MULTIPROCESS, PARKED_CLAIMS, SUBMIT_SECONDS,
                           WEBSOCKET_CLIENTS)
-from .models import Action, Event, Run, WorkItem
+from .models import Action, Event, Run, WebhookDelivery, WorkItem
 from .services.recovery import RECOVERY_ERROR, STALE_ERROR
 
 
@@ -119,6 +120,25 @@ class StoreCollector:
                                                                  "recovered yet", value=recovered["overdue"])
         last = Event.objects.aggregate(last=Max("pk"))["last"] or 0
         yield CounterMetricFamily("workcenter_events_appended", "Events appended (the highest event id)", value=last)
+
+        deliveries = WebhookDelivery.objects.aggregate(
+            delivered=Count("pk", filter=Q(status="delivered")), pending=Count("pk", filter=Q(status="pending")),
+            attempts=Sum("attempts"), failures=Sum("failures"),
+            oldest=Min("created_at", filter=Q(status="pending")))
+        family = GaugeMetricFamily("workcenter_webhook_deliveries", "Webhook deliveries by status", labels=["status"])
+        for status in ("pending", "delivered"):
+            family.add_metric([status], deliveries[status])
+        yield family
+        family = GaugeMetricFamily("workcenter_webhook_attempts", "Webhook delivery attempts by outcome, as the "
+                                   "rows record them (a redelivery or a resume starts a row's failures again)",
+                                   labels=["outcome"])
+        attempts, failures = deliveries["attempts"] or 0, deliveries["failures"] or 0
+        family.add_metric(["success"], max(0, attempts - failures))
+        family.add_metric(["failure"], failures)
+        yield family
+        oldest = deliveries["oldest"]
+        yield GaugeMetricFamily("workcenter_webhook_oldest_pending_seconds", "Age of the oldest pending webhook "
+                                "delivery (0: none pending)", value=(now - oldest).total_seconds() if oldest else 0)
 
 
 def _registry() -> CollectorRegistry:

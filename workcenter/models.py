@@ -222,3 +222,69 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name or self.prefix} ({self.user})"
+
+
+class PersonSettings(models.Model):
+    """What one person chose for themselves on the dashboard, kept with their user (not per tab)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.CASCADE,
+                                related_name="workcenter_settings")
+    browser_notifications = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"settings of {self.user}"
+
+
+class Webhook(models.Model):
+    """A receiver of events over HTTP (docs/webhooks.md). Its deliveries are written in the
+    transaction of the event they announce (events.event_append) and sent by `deliver_webhooks`."""
+
+    id = models.CharField(primary_key=True, max_length=200, default=new_id)
+    name = models.CharField(max_length=200)
+    url = models.URLField(max_length=2000)
+    # the event types sent, and the same as "|a|b|" for the outbox's match in SQL (written together)
+    event_types = models.JSONField(default=list)
+    type_match = models.TextField(default="|", editable=False)
+    payload = models.CharField(max_length=16, default="full", choices=[("full", "full JSON"), ("chat", "chat text")])
+    workflow = models.CharField(max_length=200, default="", blank=True)  # "" = every workflow template
+    active = models.BooleanField(default=True)
+    secret = models.CharField(max_length=200, editable=False)
+    paused_reason = models.TextField(default="", blank=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WebhookDelivery(models.Model):
+    """One event for one webhook: pending until a receiver answered 2xx (at least once)."""
+
+    id = models.BigAutoField(primary_key=True)  # the `webhook-id` header, the same on every attempt
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries", db_index=False)
+    event_id = models.BigIntegerField()
+    status = models.CharField(max_length=16, default="pending",
+                              choices=[("pending", "pending"), ("delivered", "delivered")])
+    attempts = models.IntegerField(default=0)
+    failures = models.IntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    claimed_until = models.DateTimeField(null=True, blank=True)  # SQLite's claim (PostgreSQL locks the row)
+    first_failed_at = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_status_code = models.IntegerField(null=True, blank=True)
+    last_error = models.TextField(default="", blank=True)
+    created_at = models.DateTimeField()
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # a webhook's head (its oldest pending delivery) and its order: (webhook, event)
+            models.Index(fields=["webhook", "event_id"], name="wc_delivery_pending",
+                         condition=Q(status="pending")),
+            models.Index(fields=["webhook", "-id"], name="wc_delivery_webhook"),
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery {self.pk} of event {self.event_id}"

@@ -162,3 +162,54 @@ SELECT {cols:User}, t."id" AS token_id, t."token_hash" AS token_digest,
                     WHERE ug.{col:UserGroups.user} = u.{col:User.pk}))) AS token_holds
 FROM {table:ApiToken} t INNER JOIN {table:User} u ON u.{col:User.pk} = t."user_id"
 WHERE t."prefix" = %s AND t."revoked_at" IS NULL ORDER BY t."id" LIMIT 1
+
+-- name: webhook_outbox
+-- The deliveries of the event just written (the outbox, in the event's transaction): one per active webhook that takes its type and its item's workflow template. PostgreSQL reads the event's id from the write batch's previous statement ({prev}); SQLite binds it. Locks: nothing (new rows).
+-- postgresql:
+INSERT INTO {table:WebhookDelivery} ("webhook_id", "event_id", "status", "attempts", "failures", "next_attempt_at", "last_error", "created_at")
+SELECT w."id", e."id", 'pending', 0, 0, %s::timestamptz, '', %s::timestamptz
+FROM {prev} e JOIN {table:WorkItem} i ON i."id" = %s
+JOIN {table:Webhook} w ON w."active" AND strpos(w."type_match", %s) > 0 AND (w."workflow" = '' OR w."workflow" = i."workflow_template")
+-- sqlite:
+INSERT INTO {table:WebhookDelivery} ("webhook_id", "event_id", "status", "attempts", "failures", "next_attempt_at", "last_error", "created_at")
+SELECT w."id", e."id", 'pending', 0, 0, %s, '', %s
+FROM (SELECT %s AS "id") e JOIN {table:WorkItem} i ON i."id" = %s
+JOIN {table:Webhook} w ON w."active" AND instr(w."type_match", %s) > 0 AND (w."workflow" = '' OR w."workflow" = i."workflow_template")
+
+-- name: webhook_heads
+-- The deliveries due now that stand first in their active webhook's order (the lowest pending event id of each, up to the event id every writer has settled: the first parameter), soonest due first. Locks: PostgreSQL the delivery rows, skipping those another sender holds (SKIP LOCKED: the webhook's next delivery waits behind its head, so order holds); SQLite leaves out heads another sender has claimed.
+-- postgresql:
+SELECT d."id", d."webhook_id", d."event_id", d."attempts", d."failures", d."first_failed_at", d."claimed_until", d."created_at"
+FROM {table:WebhookDelivery} d
+JOIN (SELECT "webhook_id", MIN("event_id") AS "event_id" FROM {table:WebhookDelivery}
+      WHERE "status" = 'pending' AND "event_id" <= %s GROUP BY "webhook_id") h
+  ON h."webhook_id" = d."webhook_id" AND h."event_id" = d."event_id"
+JOIN {table:Webhook} w ON w."id" = d."webhook_id" AND w."active"
+WHERE d."status" = 'pending' AND d."next_attempt_at" <= %s
+ORDER BY d."next_attempt_at" LIMIT %s FOR UPDATE OF d SKIP LOCKED
+-- sqlite:
+SELECT d."id", d."webhook_id", d."event_id", d."attempts", d."failures", d."first_failed_at", d."claimed_until", d."created_at"
+FROM {table:WebhookDelivery} d
+JOIN (SELECT "webhook_id", MIN("event_id") AS "event_id" FROM {table:WebhookDelivery}
+      WHERE "status" = 'pending' AND "event_id" <= %s GROUP BY "webhook_id") h
+  ON h."webhook_id" = d."webhook_id" AND h."event_id" = d."event_id"
+JOIN {table:Webhook} w ON w."id" = d."webhook_id" AND w."active"
+WHERE d."status" = 'pending' AND d."next_attempt_at" <= %s AND (d."claimed_until" IS NULL OR d."claimed_until" < %s)
+ORDER BY d."next_attempt_at" LIMIT %s
+
+-- name: event_settled_max
+-- The highest event id: under the stream read (events.stream_read) every id up to it has committed or rolled back. Locks: nothing.
+SELECT COALESCE(MAX("id"), 0) FROM {table:Event}
+
+-- name: webhook_followers
+-- The pending deliveries of one webhook right after its head (event id above the second parameter, up to the settled id of the third), in event order: what a sender sends after the head, in the same attempt. Locks: PostgreSQL those rows (waiting for a redelivery's short write rather than skipping a row, which would break the order).
+-- postgresql:
+SELECT d."id", d."webhook_id", d."event_id", d."attempts", d."failures", d."first_failed_at", d."claimed_until", d."created_at"
+FROM {table:WebhookDelivery} d
+WHERE d."webhook_id" = %s AND d."status" = 'pending' AND d."event_id" > %s AND d."event_id" <= %s
+ORDER BY d."event_id" LIMIT %s FOR UPDATE
+-- sqlite:
+SELECT d."id", d."webhook_id", d."event_id", d."attempts", d."failures", d."first_failed_at", d."claimed_until", d."created_at"
+FROM {table:WebhookDelivery} d
+WHERE d."webhook_id" = %s AND d."status" = 'pending' AND d."event_id" > %s AND d."event_id" <= %s
+ORDER BY d."event_id" LIMIT %s

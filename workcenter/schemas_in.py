@@ -45,14 +45,14 @@ from .domain.normalize import COUNTER_KEYS, OUTCOMES
 # the document (ECMA 262, Python, Rust) agrees with the server on what "blank" means.
 WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
               "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
-_WS_CLASS = r"\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+WS_CLASS = r"\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 NO_NUL_PATTERN = r"^[^\u0000]*$"
-NON_BLANK_PATTERN = rf"^[^\u0000]*[^\u0000{_WS_CLASS}][^\u0000]*$"
+NON_BLANK_PATTERN = rf"^[^\u0000]*[^\u0000{WS_CLASS}][^\u0000]*$"
 # an absolute path without a `..` segment: each segment is empty, `.`, or neither `..` nor NUL/`/`
 _SEGMENT = r"(?:[^/.\u0000][^/\u0000]*|\.[^/.\u0000][^/\u0000]*|\.\.[^/\u0000]+|\.?)"
 WORK_DIR_PATTERN = rf"^(?:/{_SEGMENT})+$"
 # caller-chosen item ids appear in URL paths: no `/`, and neither `.` nor `..`
-ITEM_ID_PATTERN = rf"^[^/\u0000]*[^/\u0000{_WS_CLASS}][^/\u0000]*$"
+ITEM_ID_PATTERN = rf"^[^/\u0000]*[^/\u0000{WS_CLASS}][^/\u0000]*$"
 MAX_ITEM_ID = 200
 _TEXT_DOC = "no NUL (U+0000) and no unpaired surrogate (both refused with 422)"
 

@@ -15,6 +15,37 @@ export function readConfig() {
   return node ? JSON.parse(node.textContent) : {};
 }
 
+// --- the nav's inbox badge and the tab title ----------------------------------------------------
+// The badge counts the items waiting for an answer or needing attention (the overview's `waiting`
+// + `needs_attention`; the inbox counts the same items): as the page opens from its boot config,
+// then from every overview the list's stream pushes (LiveStream below) and from the inbox's own
+// reads. The tab title carries it too: "(3) Work items · Work Center".
+
+let inboxCount = 0;
+
+/** The tab title with the count in front; a page that retitles itself (the item page) keeps it. */
+function titleWithCount() {
+  const bare = document.title.replace(/^\(\d+\) /, "");
+  const want = inboxCount ? `(${inboxCount}) ${bare}` : bare;
+  if (document.title !== want) document.title = want;
+}
+
+/** Show `n` items needing someone in the nav badge and the tab title. */
+export function setInboxCount(n) {
+  inboxCount = Math.max(0, Number(n) || 0);
+  const badgeEl = document.getElementById("nav-inbox-count");
+  if (badgeEl) {
+    badgeEl.textContent = String(inboxCount);
+    badgeEl.hidden = inboxCount === 0;
+    badgeEl.setAttribute("aria-label", `${inboxCount} item${inboxCount === 1 ? "" : "s"} need${inboxCount === 1 ? "s" : ""} someone`);
+  }
+  titleWithCount();
+}
+
+const titleNode = document.querySelector("title");
+if (titleNode) new MutationObserver(titleWithCount).observe(titleNode, { childList: true, characterData: true, subtree: true });
+setInboxCount(readConfig().inbox_count);
+
 // --- performance entries --------------------------------------------------------------------------
 // The pages time their own drawing with the User Timing API: the browser's performance tools show
 // the entries, and the browser tests read them (performance.getEntriesByName). Only the latest entry
@@ -330,6 +361,7 @@ export class LiveStream {
       if (first) this.lastId = serverLast;
       this.catchUpTo = serverLast;
       this.setState(!first && serverLast > this.lastId ? "catching_up" : "live");
+      if (msg.overview) setInboxCount(msg.overview.waiting + msg.overview.needs_attention);
       this.onHello(msg, { first });
     } else if (msg.type === "event" && msg.event) {
       const id = Number(msg.event.id);
@@ -349,6 +381,7 @@ export class LiveStream {
     } else if (msg.type === "progress") {
       this.onProgress(msg);
     } else if (msg.type === "overview" && msg.overview) {
+      setInboxCount(msg.overview.waiting + msg.overview.needs_attention);
       this.onOverview(msg);
     }
   }

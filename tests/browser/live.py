@@ -47,7 +47,7 @@ class LiveServer:
         self.log = open(self.log_path, "wb")
         try:
             self.proc = start_daphne(self.port, {"REDIS_URL": REDIS_URL, "DJANGO_DEBUG": "1", **self.env},
-                                     stdout=self.log, timeout=30)
+                                     stdout=self.log, timeout=120)  # a bound on a failure, not a figure
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}: {self.log_path.read_text(errors='replace')[-2000:]}") from None
         return self

@@ -122,3 +122,25 @@ def test_metrics_report_the_channel_layer_health_and_the_recent_claim_latency(se
     # then it is up, last seen up just now
     assert m["workcenter_channel_layer_up", ()] == 1
     assert 0 <= m["workcenter_channel_layer_seconds_since_ok", ()] < 5
+
+
+def test_metrics_count_webhook_deliveries_and_the_oldest_pending_age(settings):
+    from datetime import timedelta
+
+    from workcenter.models import WebhookDelivery
+    from workcenter.services import webhooks
+
+    settings.WORKCENTER_WEBHOOK_ALLOW_HOSTS = "127.0.0.1"
+    webhooks.webhook_create(name="all", url="http://127.0.0.1:9/", event_types=["work_item.created"])
+    worker = Client(HTTP_AUTHORIZATION=f"Bearer {_token('view_workitem', 'change_workitem')}")
+    for i in range(3):
+        assert _post(worker, "/work-items", {"title": f"W{i}", "goal": "g"}).status_code == 201
+    first, second, _ = WebhookDelivery.objects.order_by("event_id")
+    WebhookDelivery.objects.filter(pk=first.pk).update(status="delivered", attempts=3, failures=2)
+    WebhookDelivery.objects.filter(pk=second.pk).update(created_at=first.created_at - timedelta(minutes=5))
+    m = _samples(Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {_token('view_workitem')}").content.decode())
+    assert m["workcenter_webhook_deliveries", (("status", "pending"),)] == 2
+    assert m["workcenter_webhook_deliveries", (("status", "delivered"),)] == 1
+    assert (m["workcenter_webhook_attempts", (("outcome", "success"),)],
+            m["workcenter_webhook_attempts", (("outcome", "failure"),)]) == (1, 2)
+    assert m["workcenter_webhook_oldest_pending_seconds", ()] >= 300

@@ -17,7 +17,8 @@ the cold paths (renew, progress, interrupt, integration) write alike. Nothing he
 from __future__ import annotations
 
 from ..domain import rules
-from ..models import OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, WorkItem, WorkItemStatus
+from ..models import (OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, WebhookDelivery, WorkItem,
+                      WorkItemStatus)
 
 
 class _Marker:
@@ -136,3 +137,12 @@ ITEM_AT_REVISION = Guard(
 ITEM_WITH_CURRENT = Guard(
     "item_with_current", WorkItem, "the item's status is as read and the action is its current one",
     status=ARG, current_action_id=ARG)
+
+# --- a webhook's deliveries (webhook_sender) -------------------------------------------------
+
+DELIVERY_AS_CLAIMED = Guard(
+    "delivery_as_claimed", WebhookDelivery, "the delivery is pending and its claim is as the sender read or "
+    "set it (SQLite's claim; PostgreSQL holds the row's lock and leaves the claim null)",
+    status="pending", claimed_until=ARG)
+DELIVERY_ANY = Guard(
+    "delivery_any", WebhookDelivery, "the delivery itself, whatever its status (a redelivery asked for by a person)")

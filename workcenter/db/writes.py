@@ -153,9 +153,13 @@ class Writes:
         sql, args = update_sql(self.cur.db, fence, values)
         self._add(sql, args, fence.expect, None, None, fence.guard.name)
 
-    def add(self, sql: str, params: list, *, expect: int = 1, returning: str | None = None, on_result=None) -> None:
-        """`sql` (a catalogue INSERT or UPDATE, without RETURNING) must hit `expect` rows; with
-        `returning` (a column) `on_result` receives its value from the one row written."""
+    def add(self, sql: str, params: list, *, expect: int | None = 1, returning: str | None = None,
+            on_result=None) -> None:
+        """`sql` (a catalogue INSERT or UPDATE, without RETURNING) must hit `expect` rows (None: any
+        number); with `returning` (a column) `on_result` receives its value from the one row written.
+
+        On PostgreSQL `{prev}` in `sql` names the rows the batch's previous write returned (a
+        statement that reads what that one wrote: the outbox reads the event's id)."""
         if returning is not None:
             returning = _returning(self.cur.db, returning)
         self._add(sql, params, expect, returning, on_result, None)
@@ -171,7 +175,7 @@ class Writes:
                 on_result(row[0])
             else:
                 hot_execute(cur, sql, params)
-                if cur.rowcount != expect:
+                if expect is not None and cur.rowcount != expect:
                     raise lost(what)
             return
         self.pending.append((sql, params, expect, returning, on_result, what))
@@ -188,7 +192,8 @@ class Writes:
         key = ("writes", tuple((p[0], p[3]) for p in pending), tail)
         sql = _BUILT.get(key)
         if sql is None:
-            ctes = ", ".join(f"w{i} AS ({p[0]} RETURNING {p[3] or 1})" for i, p in enumerate(pending))
+            ctes = ", ".join(f"w{i} AS ({p[0].replace('{prev}', f'w{i - 1}')} RETURNING {p[3] or 1})"
+                             for i, p in enumerate(pending))
             cols = ", ".join(f"(SELECT count(*) FROM w{i})" + (f", (SELECT {p[3]} FROM w{i} LIMIT 1)" if p[3] else "")
                              for i, p in enumerate(pending))
             sql = f"WITH {ctes} SELECT {cols}"
@@ -203,7 +208,7 @@ class Writes:
         rows = cur.fetchall()
         head, k = rows[0], 0
         for _sql, _params, expect, returning, on_result, what in pending:
-            if head[k] != expect:
+            if expect is not None and head[k] != expect:
                 raise lost(what)
             k += 1
             if returning:

@@ -18,6 +18,8 @@ through SCHEMATHESIS_HOOKS.
   - `answer` is required to retry a waiting item, optional otherwise (API.md §2: 422);
   - a list `cursor` is a token an earlier page returned, and a bulk request's
     `expected_revisions` and `expected_state_tokens` must name exactly its `ids` (a cross-field rule);
+  - a webhook's `url` names a host that resolves to a public address (or one the allow list
+    names): the network's answer, not the text's;
   - a trusted caller's `workflow` obeys cross-stage rules (stage ids unique once normalised, a
     review returning to an earlier editable stage) that JSON Schema cannot express.
   Every other refusal of a schema-valid request still fails the run.
@@ -49,6 +51,9 @@ STATE_DEPENDENT = {
     # a bulk request's revisions must name exactly its ids (a cross-field rule)
     ("POST /api/v1/work-items/bulk", "expected_revisions"): "expected_revisions",
     ("POST /api/v1/work-items/bulk", "expected_state_tokens"): "expected_state_tokens",
+    # whether a webhook's host resolves, and to a public address, is the network's answer
+    ("POST /api/v1/webhooks", "url"): "url refused",
+    ("PATCH /api/v1/webhooks/{webhook_id}", "url"): "url refused",
 }
 
 

@@ -163,6 +163,10 @@ class Command(BaseCommand):
         access_log = "-" if opts["access_log"] else os.devnull
         procs = [subprocess.Popen([sys.executable, "-m", "daphne", "-b", opts["host"], "-p", str(opts["port"]),
                                    "--access-log", access_log, "workcenter.asgi:application"], env=server_env)]
+        # the webhook sender: the demo has no webhook until someone adds one (admin, API), then it delivers
+        env.setdefault("WORKCENTER_BASE_URL", f"http://{opts['host']}:{opts['port']}")
+        procs.append(subprocess.Popen([sys.executable, "manage.py", "deliver_webhooks", "--threads", "2"], env=env,
+                                      cwd=str(settings.BASE_DIR), stdout=subprocess.DEVNULL))
         if not opts["no_workers"]:
             for _ in range(max(0, opts["workers"])):
                 procs.append(subprocess.Popen([sys.executable, "manage.py", "workcenter_worker", "--concurrency", "3",
