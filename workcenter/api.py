@@ -38,6 +38,7 @@ from .schemas_out import (
     BulkPreviewOut,
     ClaimOut,
     DetailView,
+    ERRORS,
     ErrorOut,
     EventPageOut,
     GraphOut,
@@ -102,7 +103,6 @@ CODE_BY_STATUS = {400: "bad_request", 401: "not_authenticated", 403: "permission
                   500: "internal_error"}
 
 # documented error bodies (every route can answer 401/403 and 422; a route with a body, 413)
-ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 422: ErrorOut}
 ITEM_ERRORS = {**ERRORS, 404: ErrorOut, 409: ErrorOut}
 ITEM_BODY_ERRORS = {**ITEM_ERRORS, 413: ErrorOut}
 WORKER_ERRORS = {**ERRORS, 409: ErrorOut, 413: ErrorOut}

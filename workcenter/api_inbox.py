@@ -15,10 +15,9 @@ from ninja import Field, Router, Schema
 from . import inbox as inbox_read
 from .auth import VIEW, api_auth
 from .schemas_in import InputSchema, StrictBool
-from .schemas_out import ErrorOut, Timestamp
+from .schemas_out import ERRORS, ErrorOut, Timestamp
 from .services import person_settings
 
-ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 422: ErrorOut}
 
 router = Router(tags=["inbox"])
 

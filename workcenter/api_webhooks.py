@@ -18,12 +18,12 @@ from .errors import NotFound
 from .event_types import EventType
 from .models import Webhook, WebhookDelivery
 from .schemas_in import WS_CLASS, InputSchema, NonBlankText, PathId, StrictBool, Text
-from .schemas_out import ErrorOut
+from .schemas_out import ERRORS as SIGNED_IN_ERRORS, ErrorOut
 from .services import webhooks as services
 
 VIEW_WEBHOOKS = "workcenter.view_webhook"
 CHANGE_WEBHOOKS = "workcenter.change_webhook"
-ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut}
+ERRORS = {**SIGNED_IN_ERRORS, 404: ErrorOut}
 
 webhooks = Router(tags=["webhooks"])
 

@@ -5,7 +5,7 @@
 -- `-- postgresql:` / `-- sqlite:`. `workcenter/db/catalogue.py` loads this file once and expands
 -- its markers per database: {table:Model} a quoted table name, {col:Model.field} a quoted column,
 -- {cols:Spec} a row spec's column list under its alias (the specs of `db/rows.py row_specs()`,
--- by name: WorkItem, Action, Run, GraphAction, Event, User), {insert_cols:Model} and
+-- by name: WorkItem, Action, Run, GraphAction, Event, WebhookDelivery, User), {insert_cols:Model} and
 -- {insert_params:Model} / {typed_params:Model} the columns an insert writes and their
 -- placeholders (typed: with the casts PostgreSQL needs in a SELECT list), {counter_sums} the sums
 -- of the execution counters. Markers the caller fills at run time: {ids} and {values} (SQLite
@@ -179,7 +179,7 @@ JOIN {table:Webhook} w ON w."active" AND instr(w."type_match", %s) > 0 AND (w."w
 -- name: webhook_heads
 -- The deliveries due now that stand first in their active webhook's order (the lowest pending event id of each, up to the event id every writer has settled: the first parameter), soonest due first. Locks: PostgreSQL the delivery rows, skipping those another sender holds (SKIP LOCKED: the webhook's next delivery waits behind its head, so order holds); SQLite leaves out heads another sender has claimed.
 -- postgresql:
-SELECT d."id", d."webhook_id", d."event_id", d."attempts", d."failures", d."first_failed_at", d."claimed_until", d."created_at"
+SELECT {cols:WebhookDelivery}
 FROM {table:WebhookDelivery} d
 JOIN (SELECT "webhook_id", MIN("event_id") AS "event_id" FROM {table:WebhookDelivery}
       WHERE "status" = 'pending' AND "event_id" <= %s GROUP BY "webhook_id") h
@@ -188,7 +188,7 @@ JOIN {table:Webhook} w ON w."id" = d."webhook_id" AND w."active"
 WHERE d."status" = 'pending' AND d."next_attempt_at" <= %s
 ORDER BY d."next_attempt_at" LIMIT %s FOR UPDATE OF d SKIP LOCKED
 -- sqlite:
-SELECT d."id", d."webhook_id", d."event_id", d."attempts", d."failures", d."first_failed_at", d."claimed_until", d."created_at"
+SELECT {cols:WebhookDelivery}
 FROM {table:WebhookDelivery} d
 JOIN (SELECT "webhook_id", MIN("event_id") AS "event_id" FROM {table:WebhookDelivery}
       WHERE "status" = 'pending' AND "event_id" <= %s GROUP BY "webhook_id") h
@@ -204,12 +204,12 @@ SELECT COALESCE(MAX("id"), 0) FROM {table:Event}
 -- name: webhook_followers
 -- The pending deliveries of one webhook right after its head (event id above the second parameter, up to the settled id of the third), in event order: what a sender sends after the head, in the same attempt. Locks: PostgreSQL those rows (waiting for a redelivery's short write rather than skipping a row, which would break the order).
 -- postgresql:
-SELECT d."id", d."webhook_id", d."event_id", d."attempts", d."failures", d."first_failed_at", d."claimed_until", d."created_at"
+SELECT {cols:WebhookDelivery}
 FROM {table:WebhookDelivery} d
 WHERE d."webhook_id" = %s AND d."status" = 'pending' AND d."event_id" > %s AND d."event_id" <= %s
 ORDER BY d."event_id" LIMIT %s FOR UPDATE
 -- sqlite:
-SELECT d."id", d."webhook_id", d."event_id", d."attempts", d."failures", d."first_failed_at", d."claimed_until", d."created_at"
+SELECT {cols:WebhookDelivery}
 FROM {table:WebhookDelivery} d
 WHERE d."webhook_id" = %s AND d."status" = 'pending' AND d."event_id" > %s AND d."event_id" <= %s
 ORDER BY d."event_id" LIMIT %s

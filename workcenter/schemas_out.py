@@ -45,6 +45,10 @@ class ErrorOut(Schema):
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
+# the errors any signed-in route may answer (API.md §0), in a route's `response=`; routes add theirs
+ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 422: ErrorOut}
+
+
 # --- output --------------------------------------------------------------------------------------
 
 class ExecutionStatsOut(Schema):

@@ -24,12 +24,11 @@ import logging
 import socket
 import threading
 import time
-from datetime import timedelta, timezone
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import close_old_connections, connection, connections, transaction
-from django.utils.dateparse import parse_datetime
 
 from . import clock, db, render, selectors
 from .domain import webhooks as rules
@@ -64,18 +63,12 @@ class Horizon:
             return self.value
 
 
-COLUMNS = ("id", "webhook_id", "event_id", "attempts", "failures", "first_failed_at", "claimed_until", "created_at")
-
-
 def _rows(statement: str, params: list) -> list[dict]:
+    """The deliveries a statement reads (`db.DELIVERY_ROW`'s columns), as dicts of their values."""
     with connection.cursor() as cur:
         cur.execute(db.sql(statement), params)
-        rows = [dict(zip(COLUMNS, row)) for row in cur.fetchall()]
-    for row in rows:  # SQLite gives the naive UTC time it stores
-        for key in ("first_failed_at", "claimed_until", "created_at"):
-            when = parse_datetime(row[key]) if isinstance(row[key], str) else row[key]
-            row[key] = when.replace(tzinfo=timezone.utc) if when is not None and when.tzinfo is None else when
-    return rows
+        built = db.DELIVERY_ROW.build_many(cur.fetchall())
+    return [{name: row.__dict__[name] for name in db.DELIVERY_ROW.attnames} for row in built]
 
 
 def _heads(horizon: int, now, limit: int) -> list[dict]:

@@ -12,7 +12,7 @@ import {
   LiveStream, STATUS_LABEL, api, badge, describeError, h, readConfig, setInboxCount, shortId, showError,
   startTicker, timeEl,
 } from "./common.js";
-import { BulkSelection } from "./list-bulk.js";
+import { BulkSelection, bulkBody } from "./list-bulk.js";
 import { Notifier } from "./inbox-notify.js";
 
 const config = readConfig();
@@ -309,10 +309,11 @@ async function send() {
     }
   }
   if (!ids.length) return;
-  const rowOf = (id) => state.data.rows.find((r) => r.item_id === id);
-  const body = { operation: "retry", ids, reason: REASON, answers,
-    expected_revisions: Object.fromEntries(ids.map((id) => [id, rowOf(id).revision])),
-    expected_state_tokens: Object.fromEntries(ids.map((id) => [id, rowOf(id).state_token])) };
+  const fenced = ids.map((id) => {
+    const row = state.data.rows.find((r) => r.item_id === id);
+    return { id, revision: row.revision, state_token: row.state_token };
+  });
+  const body = bulkBody("retry", fenced, REASON, answers);
   const button = document.getElementById("inbox-send-button");
   button.disabled = true;
   let out;

@@ -48,6 +48,18 @@ function refusalText(op, res) {
   return `Refused: ${said}. Select it again to see what a ${op} would do now.`;
 }
 
+/** The body of POST /work-items/bulk: `items` ({id, revision, state_token}, as the page read
+ * them) each fenced by its revision and state token; `answers` by item id, for a retry. */
+export function bulkBody(operation, items, reason, answers) {
+  const body = {
+    operation, ids: items.map((r) => r.id), reason,
+    expected_revisions: Object.fromEntries(items.map((r) => [r.id, r.revision])),
+    expected_state_tokens: Object.fromEntries(items.map((r) => [r.id, r.state_token])),
+  };
+  if (answers) body.answers = answers;
+  return body;
+}
+
 export class BulkSelection {
   /**
    * `rows()` gives the loaded rows ({item, tr}) in order; `onItems(items)` takes the summaries the
@@ -213,17 +225,14 @@ export class BulkSelection {
     }
     showError(errorEl, "");
     const allowed = p.rows.filter((r) => r.allowed);
-    const body = {
-      operation: p.operation, ids: allowed.map((r) => r.id), reason,
-      expected_revisions: Object.fromEntries(allowed.map((r) => [r.id, r.revision])),
-      expected_state_tokens: Object.fromEntries(allowed.map((r) => [r.id, r.state_token])),
-    };
+    let answers;
     if (boxes.length) {
-      body.answers = {};
+      answers = {};
       for (const box of boxes) {
-        (body.answers[box.dataset.item] ||= []).push({ action_id: box.dataset.actionId, answer: box.value.trim() });
+        (answers[box.dataset.item] ||= []).push({ action_id: box.dataset.actionId, answer: box.value.trim() });
       }
     }
+    const body = bulkBody(p.operation, allowed, reason, answers);
     const submit = document.getElementById("bulk-submit");
     submit.disabled = true;
     let out;

@@ -17,14 +17,14 @@ from __future__ import annotations
 from . import guards
 from .catalogue import INSERT_FIELDS, VENDORS, Statement, catalogue, expand, parse_queries, sql
 from .hot import HotCursor, TIMESTAMPTZ_OID, hot_cursor, hot_execute, is_postgres, lock_key, read_all
-from .rows import (ACTION_ROW, EVENT_ROW, GRAPH_ACTION_ROW, ITEM_ROW, RUN_ROW, RowSpec, adapters, db_values,
+from .rows import (ACTION_ROW, DELIVERY_ROW, EVENT_ROW, GRAPH_ACTION_ROW, ITEM_ROW, RUN_ROW, RowSpec, adapters, db_values,
                    new_instance, row_specs, user_row)
 from .writes import Writes, insert_returning, update, update_if, update_sql
 
 __all__ = [
     "guards", "INSERT_FIELDS", "VENDORS", "Statement", "catalogue", "expand", "parse_queries", "sql",
     "HotCursor", "TIMESTAMPTZ_OID", "hot_cursor", "hot_execute", "is_postgres", "lock_key", "read_all",
-    "ACTION_ROW", "EVENT_ROW", "GRAPH_ACTION_ROW", "ITEM_ROW", "RUN_ROW", "RowSpec", "adapters", "db_values",
+    "ACTION_ROW", "DELIVERY_ROW", "EVENT_ROW", "GRAPH_ACTION_ROW", "ITEM_ROW", "RUN_ROW", "RowSpec", "adapters", "db_values",
     "new_instance", "row_specs", "user_row",
     "Writes", "insert_returning", "update", "update_if", "update_sql",
 ]

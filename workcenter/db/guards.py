@@ -17,7 +17,7 @@ the cold paths (renew, progress, interrupt, integration) write alike. Nothing he
 from __future__ import annotations
 
 from ..domain import rules
-from ..models import (OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, WebhookDelivery, WorkItem,
+from ..models import (OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, Webhook, WebhookDelivery, WorkItem,
                       WorkItemStatus)
 
 
@@ -146,3 +146,9 @@ DELIVERY_AS_CLAIMED = Guard(
     status="pending", claimed_until=ARG)
 DELIVERY_ANY = Guard(
     "delivery_any", WebhookDelivery, "the delivery itself, whatever its status (a redelivery asked for by a person)")
+DELIVERY_PENDING = Guard(
+    "delivery_pending", WebhookDelivery, "the delivery is still waiting to be sent (a webhook resumed: one that "
+    "a sender delivered meanwhile is left as it is)", status="pending")
+WEBHOOK_ACTIVE = Guard(
+    "webhook_active", Webhook, "the webhook is active (a sender pauses it once; a person may have paused or "
+    "resumed it meanwhile)", active=True)

@@ -19,7 +19,7 @@ from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models.base import ModelState
 
-from ..models import Action, Event, Run, WorkItem
+from ..models import Action, Event, Run, WebhookDelivery, WorkItem
 
 
 def qn(name: str) -> str:
@@ -187,6 +187,9 @@ GRAPH_ACTION_ROW = RowSpec(Action, "a", ["id", "status", "current_run_id", "depe
 
 
 EVENT_ROW = RowSpec(Event, "e")
+# what a webhook sender reads of a pending delivery (webhook_sender.py)
+DELIVERY_ROW = RowSpec(WebhookDelivery, "d", ["id", "webhook_id", "event_id", "attempts", "failures",
+                                              "first_failed_at", "claimed_until", "created_at"])
 _USER_ROW: list = []
 
 
@@ -201,7 +204,7 @@ def user_row() -> RowSpec:
 def row_specs() -> dict[str, RowSpec]:
     """The row specs by the name the catalogue's `{cols:Spec}` marker gives them."""
     return {"WorkItem": ITEM_ROW, "Action": ACTION_ROW, "Run": RUN_ROW, "GraphAction": GRAPH_ACTION_ROW,
-            "Event": EVENT_ROW, "User": user_row()}
+            "Event": EVENT_ROW, "WebhookDelivery": DELIVERY_ROW, "User": user_row()}
 
 
 # --- values as the fields adapt them ------------------------------------------------------------

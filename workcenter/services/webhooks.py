@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 
 from .. import db
-from ..db.guards import DELIVERY_ANY, DELIVERY_AS_CLAIMED
+from ..db.guards import DELIVERY_ANY, DELIVERY_AS_CLAIMED, DELIVERY_PENDING, WEBHOOK_ACTIVE
 from ..domain import webhooks as rules
 from ..errors import InvalidInput, NotFound
 from ..event_types import EventType
@@ -80,7 +80,9 @@ def webhook_update(webhook_id: str, *, now: datetime | None = None, **changes) -
             setattr(hook, key, value)
         if fields.get("active") is True and hook.paused_at is not None:
             hook.paused_at, hook.paused_reason = None, ""
-            hook.deliveries.filter(status="pending").update(next_attempt_at=now, first_failed_at=None, failures=0)
+            # due now and no longer failing; a delivery sent meanwhile by a sender needs nothing
+            pending = list(hook.deliveries.filter(status="pending").values_list("pk", flat=True))
+            db.update_if(DELIVERY_PENDING.rows(pending), {"next_attempt_at": now, "first_failed_at": None, "failures": 0})
         if rotate:
             hook.secret = rules.new_secret()
         hook.updated_at = now
@@ -154,8 +156,8 @@ def delivery_record(head: dict, *, claimed_until, ok: bool, status_code: int | N
     elif not db.update_if(fence, values):
         return None
     if pause:
-        Webhook.objects.filter(pk=head["webhook_id"], active=True).update(
-            active=False, paused_at=now, paused_reason=pause, updated_at=now)
+        db.update_if(WEBHOOK_ACTIVE.row(head["webhook_id"]),
+                     {"active": False, "paused_at": now, "paused_reason": pause, "updated_at": now})
         return None
     return values.get("next_attempt_at")
 
