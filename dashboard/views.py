@@ -66,6 +66,9 @@ def _page_config(request: HttpRequest, **extra) -> dict:
         # the nav badge's figure as the page opens (items waiting or needing attention); the pages
         # with the list's stream keep it live from the pushed overview (static/dashboard/common.js)
         "inbox_count": inbox.inbox_count(),
+        # notifications on for this person (their choice, GET /api/v1/me/settings) and theirs to act
+        # on: every page then announces new questions and failures (static/dashboard/inbox-notify.js)
+        "notify": may["retry"] and inbox.person_settings(user)["browser_notifications"],
         **extra,
     }
 
@@ -101,7 +104,8 @@ def inbox_page(request: HttpRequest) -> HttpResponse:
     """Every waiting stage and every item that needs attention (GET /api/v1/inbox), live; a
     person who may change work items answers, retries and cancels in place, and may ask for
     browser notifications (their choice: GET/PUT /api/v1/me/settings)."""
-    return render(request, "dashboard/inbox.html", {"config": _page_config(request)})
+    # the inbox announces from its own reads (its Notifier), not from a second watch
+    return render(request, "dashboard/inbox.html", {"config": _page_config(request, notify=False)})
 
 
 _DEMO_LINK_PAGES = {

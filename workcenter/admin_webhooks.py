@@ -24,7 +24,8 @@ TYPE_CHOICES = ([(f"preset:{name}", f"preset: {name.replace('_', ' ')} ({', '.jo
 
 
 class WebhookForm(forms.ModelForm):
-    url = forms.URLField(max_length=2000, assume_scheme="https")
+    url = forms.URLField(max_length=2000, assume_scheme="https",
+                         widget=forms.URLInput(attrs={"class": "vLargeTextField"}))  # a URL reads whole
     event_types = forms.MultipleChoiceField(choices=TYPE_CHOICES, widget=forms.CheckboxSelectMultiple,
                                             help_text="the events sent; a preset stands for the types it names")
     rotate_secret = forms.BooleanField(required=False, help_text="give the webhook a new secret (shown once)")
@@ -58,8 +59,8 @@ class WebhookAdmin(admin.ModelAdmin):
     @admin.display(description="state")
     def state(self, obj):
         if obj.active:
-            return format_html('<span class="wc-badge wc-done">active</span>')
-        return format_html('<span class="wc-badge wc-failed">paused</span> {}', clip(obj.paused_reason or "by a person", 90))
+            return format_html('<span class="wc-badge wc-done">{}</span>', "active")
+        return format_html('<span class="wc-badge wc-failed">paused</span> {}', clip((obj.paused_reason or "by a person").removeprefix("paused "), 90))
 
     @admin.display(description="events")
     def types(self, obj):
@@ -86,6 +87,11 @@ class WebhookAdmin(admin.ModelAdmin):
 
     def delete_view(self, request, object_id, extra_context=None):
         return self._delete_view(request, object_id, extra_context)
+
+    def get_fields(self, request, obj=None):
+        """An add asks only what a new webhook needs: no secret to rotate, nothing paused yet."""
+        fields = super().get_fields(request, obj)
+        return fields if obj is not None else [f for f in fields if f in WebhookForm.Meta.fields]
 
     def save_model(self, request, obj, form, change):
         fields = {k: form.cleaned_data[k] for k in services.EDITABLE}

@@ -45,6 +45,8 @@ export function setInboxCount(n) {
 const titleNode = document.querySelector("title");
 if (titleNode) new MutationObserver(titleWithCount).observe(titleNode, { childList: true, characterData: true, subtree: true });
 setInboxCount(readConfig().inbox_count);
+// notifications on for this person: this page announces new questions and failures too
+if (readConfig().notify) import("./inbox-notify.js").then((m) => m.notifyElsewhere(readConfig()));
 
 // --- performance entries --------------------------------------------------------------------------
 // The pages time their own drawing with the User Timing API: the browser's performance tools show

@@ -8,7 +8,11 @@
 // the person did themselves (the item's newest event, as the inbox read it, carries their actor), and
 // at most one per item per minute, across this browser's tabs (localStorage; the notification's
 // tag also makes a second one replace the first).
-import { api, describeError } from "./common.js";
+//
+// On the inbox its Notifier reads the inbox's own reads. Every other dashboard page of a person
+// who turned notifications on (boot config `notify`) watches too (`notifyElsewhere`), so a lead
+// with any Work Center tab open is told.
+import { LiveStream, api, describeError, setInboxCount } from "./common.js";
 
 const PER_ITEM_MS = 60_000;
 const SHARED_KEY = "wc-inbox-notified"; // {item id: ms of its last notification}
@@ -152,4 +156,38 @@ export class Notifier {
       if (note.close) note.close();
     };
   }
+}
+
+const NEEDS = ["waiting", "needs_attention"]; // the item statuses the inbox lists
+
+/** Any dashboard page but the inbox, for a person who turned notifications on, in a browser that
+ * shows them: the page follows every item's stored events (its own /ws/work-items/ stream, which
+ * only such a person opens) and reads the inbox again when an item starts or goes on waiting or
+ * needing attention; what is new since the last read is announced as on the inbox, and the nav
+ * badge follows the same read. Clicking a notification opens the inbox at its row. */
+export function notifyElsewhere({ username }) {
+  if (!("Notification" in window) || Notification.permission !== "granted") return null;
+  const notifier = new Notifier({ username, openRow: (key) => window.location.assign(`/inbox/#${key}`) });
+  notifier.on = true;
+  let first = true;
+  let reading = null;
+  let again = false;
+  const read = () => {
+    if (reading) { again = true; return; }
+    reading = api("/inbox").then((data) => {
+      notifier.seen(data.rows, first);
+      first = false;
+      setInboxCount(data.items);
+    }).catch(() => { /* the next event or reconnection reads again */ }).finally(() => {
+      reading = null;
+      if (again) { again = false; read(); }
+    });
+  };
+  const stream = new LiveStream("/ws/work-items/", {
+    onHello: () => read(), // the first read is the baseline; one after a reconnection announces what came meanwhile
+    onEvent: (msg) => { if (NEEDS.includes(msg.work_item?.status)) read(); },
+    onState: () => {}, // the page's own stream shows the connection
+  });
+  stream.start();
+  return stream;
 }

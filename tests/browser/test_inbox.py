@@ -3,33 +3,22 @@ place, each item fenced by what the page read (a question answered meanwhile is 
 why); a viewer sees it all and is offered nothing; browser notifications, opt-in per person."""
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from django.contrib.auth.models import Permission, User
 
 from workcenter import services
 from workcenter.models import Action, PersonSettings, WorkItem
 
-from .conftest import PASSWORD, ThreadedStore, log_in, screenshot, wait_for_js, wait_live, wait_until
+from . import test_needs_me
+from .conftest import PASSWORD, log_in, screenshot, wait_for_js, wait_live, wait_until
 from .live import WAIT_MS
 from .test_axe import Audit
-from .test_needs_me import WAITED_S, graph_two_waiting, linear_waiting, shots
+from .test_needs_me import graph_two_waiting, linear_waiting, shots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-
-@pytest.fixture
-def store(transactional_db, bg):
-    return ThreadedStore(bg, behind=timedelta(seconds=WAITED_S))
-
-
-@pytest.fixture
-def problems(page):
-    seen: list[str] = []
-    page.on("console", lambda m: seen.append(f"console: {m.text}") if m.type == "error" else None)
-    yield seen
-    assert not seen, seen
+# the needs-me fixtures: a store whose stages have waited a while, and no console or page error
+store, problems = test_needs_me.store, test_needs_me.problems
 
 
 def failed_item(store, title="Compile fails"):
@@ -339,3 +328,33 @@ def test_notify_me_is_kept_per_person_and_a_new_question_notifies_once_but_not_f
     wait_for_js(page, f"() => location.hash === '#{graph.pk}/ask-db'")
     assert row(page, graph.pk, "ask-db").get_attribute("class").split().count("current") == 1
     assert broken.pk in groups(page)
+
+
+def test_every_other_page_notifies_a_person_who_turned_it_on_and_opens_the_inbox_at_the_row(
+        notified_page, daphne_server, store, lead):
+    page = notified_page
+    failed_item(store, "Failed before the page opened")  # what was there already is not news
+    PersonSettings.objects.create(user=lead, browser_notifications=True)
+    page.goto(f"{daphne_server.url}/workers/")
+    # the page's watch has read the inbox once (the nav badge is that read's count)
+    wait_for_js(page, "() => document.getElementById('nav-inbox-count').textContent === '1'")
+    page.wait_for_timeout(300)
+    assert notifications(page) == []
+    graph = store.graph([{"id": "ask-db"}], title="Asked while I look at the workers")
+    store.submit(store.claim_item(graph.pk, stage="ask-db"), {"outcome": "waiting", "waiting_reason": "Which database?"})
+    wait_until(page, lambda: len(notifications(page)) >= 1)
+    (note,) = notifications(page)
+    assert note["title"] == "Question: Asked while I look at the workers"
+    assert note["body"] == "ask-db asks: Which database?"
+    wait_for_js(page, "() => document.getElementById('nav-inbox-count').textContent === '2'")
+    page.evaluate("() => window.testNotifications.made[0].onclick()")
+    page.wait_for_url(f"**/inbox/#{graph.pk}/ask-db")
+    wait_rows(page, 2)
+    wait_for_js(page, "(sel) => document.querySelector(sel)?.classList.contains('current')",
+                f'#inbox tr.inbox-row[data-item="{graph.pk}"][data-stage="ask-db"]')
+    # a person who did not turn them on gets no watch at all
+    PersonSettings.objects.filter(user=lead).update(browser_notifications=False)
+    page.goto(f"{daphne_server.url}/workers/")
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate("() => performance.getEntriesByType('resource').some(e => e.name.endsWith('inbox-notify.js'))") \
+        is False

@@ -50,3 +50,19 @@ def test_every_page_carries_the_inbox_link_and_its_count(store):
         assert _config(body)["inbox_count"] == 2, path
         assert re.search(r'<a href="/inbox/"[^>]*>Inbox <span class="nav-count" id="nav-inbox-count"[^>]*>2</span>', body), path
     assert 'aria-current="page">Inbox' in c.get("/inbox/").content.decode()
+
+
+def test_every_other_page_watches_for_notifications_only_for_a_person_who_turned_them_on():
+    from workcenter.models import PersonSettings
+
+    lead = _client("lead", "view_workitem", "change_workitem")
+    assert _config(lead.get("/workers/").content.decode())["notify"] is False
+    user = User.objects.get(username="lead")
+    PersonSettings.objects.create(user=user, browser_notifications=True)
+    assert _config(lead.get("/workers/").content.decode())["notify"] is True
+    assert _config(lead.get("/").content.decode())["notify"] is True
+    assert _config(lead.get("/inbox/").content.decode())["notify"] is False  # the inbox announces from its own reads
+    # a viewer's choice stands, but nothing they could act on is announced
+    viewer = _client("viewer", "view_workitem")
+    PersonSettings.objects.create(user=User.objects.get(username="viewer"), browser_notifications=True)
+    assert _config(viewer.get("/workers/").content.decode())["notify"] is False

@@ -80,7 +80,7 @@ def test_item_page_shows_title_and_buttons_by_permission(store):
     config = _config(lead)
     assert config.pop("may")["retry"] is True
     assert config == {"username": "lead", "can_change": True, "api_base": "/api/v1", "item_id": item.pk,
-                      "inbox_count": 0}
+                      "inbox_count": 0, "notify": False}
     viewer = _client(_user("viewer", "view_workitem")).get(f"/work-items/{item.pk}/")
     assert viewer.status_code == 200
     assert 'id="btn-retry"' not in viewer.content.decode()

@@ -274,7 +274,7 @@ def test_the_readme_s_verify_function_accepts_a_delivery_and_refuses_a_tampered_
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    code = readme.split("## Webhooks", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    code = readme.split("## The inbox and webhooks", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     namespace: dict = {}
     exec(code, namespace)  # noqa: S102 (the README's own snippet, as a reader would paste it)
     hook = hooks.webhook_create(name="all", url=receiver.url, event_types=["work_item.created"])
