@@ -8,7 +8,7 @@ import pytest
 from tests.conftest import completed
 from workcenter import services
 from workcenter.models import Action
-from tests.load import within
+from tests.load import LoadWatch
 
 from .conftest import StreamTap, ThreadedStore, perf, screenshot, wait_for_js, wait_live, wait_perf
 from .live import WAIT_MS
@@ -112,13 +112,14 @@ def test_a_claim_turns_its_node_running_within_a_second(page, daphne_server, sto
     open_item(page, daphne_server, item.pk)
     assert node(page, "survey").get_attribute("data-status") == "ready"
     # when a worker claims (service call in this process, pushed through the shared layer)
-    claim = bg(services.action_claim, owner_boot_id="boot-browser-1", lease_ms=60_000)
-    t0 = time.monotonic()
-    stage = claim.action.effective_stage_id
-    page.wait_for_selector(f'#graph g.node[data-stage="{stage}"][data-status="running"]', timeout=WAIT_MS)
-    elapsed = time.monotonic() - t0
-    print(f"\nclaim → running node on screen: {elapsed * 1000:.0f} ms")
-    assert elapsed < 1.0
+    with LoadWatch() as load:
+        claim = bg(services.action_claim, owner_boot_id="boot-browser-1", lease_ms=60_000)
+        t0 = time.monotonic()
+        stage = claim.action.effective_stage_id
+        page.wait_for_selector(f'#graph g.node[data-stage="{stage}"][data-status="running"]', timeout=WAIT_MS)
+        elapsed = time.monotonic() - t0
+    print(f"\nclaim → running node on screen: {elapsed * 1000:.0f} ms (at a load of {load.factor:.1f})")
+    assert elapsed < load.within(1.0, cap=5.0)  # a page without the push never shows it (no polling)
     # the running node shows the lease: boot id short form, epoch, a countdown ring
     text = node(page, stage).text_content()
     assert "boot-b" in text and f"e{claim.run.lease_epoch}" in text
@@ -330,14 +331,16 @@ def test_the_graph_stays_smooth_under_50_events_per_second(page, daphne_server, 
             time.sleep(max(0.0, t0 + (i + 1) * 0.04 - time.monotonic()))  # two events every 40 ms
         return done
 
-    done = bg(burst)
+    with LoadWatch() as load:
+        done = bg(burst)
 
-    # then every completed stage is shown completed, in place, and no frame was blocked for long
-    for stage in done[-5:] + done[:5]:
-        page.wait_for_selector(f'#graph g.node[data-stage="{stage}"][data-status="completed"]', timeout=WAIT_MS)
+        # then every completed stage is shown completed, in place, and no frame was blocked for long
+        for stage in done[-5:] + done[:5]:
+            page.wait_for_selector(f'#graph g.node[data-stage="{stage}"][data-status="completed"]', timeout=WAIT_MS)
     statuses = node_statuses(page)
     assert all(statuses[s] == "completed" for s in done)
     long_tasks = page.evaluate("window.__longTasks")
     worst = max(long_tasks, default=0)
-    print(f"\n50 events/s on a 200-node graph: {len(long_tasks)} long tasks (> 50 ms), longest {worst:.0f} ms")
-    assert worst < 250 * within(1.0, cap=4.0), long_tasks  # a frozen page is seconds
+    print(f"\n50 events/s on a 200-node graph: {len(long_tasks)} long tasks (> 50 ms), longest {worst:.0f} ms "
+          f"(at a load of {load.factor:.1f})")
+    assert worst < 1000 * load.within(0.25, cap=2.0), long_tasks  # a frozen page is seconds

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.load import LoadWatch
 from workcenter import services
 
 from .conftest import ThreadedStore, graph_view, perf, screenshot, wait_for_js, wait_live, wait_perf
@@ -13,7 +14,9 @@ from .test_dashboard import _layered_stages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TARGET_MS = {200: 300, 1000: 1500}
+TARGET_MS = {200: 300, 1000: 1500}  # on an idle machine; scaled by the load while the page drew
+# what no load explains: a drawing several times its target is a slower layout or drawing, not a busy machine
+CAP = 5
 
 ALL_INSIDE = """() => {
     const g = document.getElementById('graph').getBoundingClientRect();
@@ -61,17 +64,18 @@ def test_large_graph_layout_and_draw_time_and_fit(page, daphne_server, store, si
     stages = _layered_stages(size) if shape == "layered" else _fan_out_stages(size)
     item = store.graph(stages, title=f"{size} stages")
     page.set_viewport_size({"width": 1280, "height": 800})
-    page.goto(f"{daphne_server.url}/work-items/{item.pk}/")
-    # the graph's own measures (graph.js setGraph): its first layout and drawing, and that until on screen
-    painted = wait_perf(page, "wc-graph-painted", "e.detail.nodes > 0", timeout=30_000)
+    with LoadWatch() as load:
+        page.goto(f"{daphne_server.url}/work-items/{item.pk}/")
+        # the graph's own measures (graph.js setGraph): its first layout and drawing, and that until on screen
+        painted = wait_perf(page, "wc-graph-painted", "e.detail.nodes > 0", timeout=30_000)
     timing = perf(page, "wc-graph-relayout")["detail"]
     timing["painted_ms"] = painted["duration"]
     assert timing["nodes"] == painted["detail"]["nodes"] == size
     assert page.locator("#graph g.node").count() == size
-    target = TARGET_MS[size]
+    target = 1000 * load.within(TARGET_MS[size] / 1000, cap=CAP * TARGET_MS[size] / 1000)
     print(f"\n{size}-node {shape} graph: layout {timing['layout_ms']:.0f} ms + draw {timing['render_ms']:.0f} ms "
           f"= {timing['total_ms']:.0f} ms; on screen (style, layout, paint) after {timing['painted_ms']:.0f} ms "
-          f"(target {target} ms)")
+          f"(target {TARGET_MS[size]} ms idle, {target:.0f} ms at a load of {load.factor:.1f})")
     assert timing["total_ms"] <= target
     assert timing["painted_ms"] <= target
     wait_live(page)

@@ -7,6 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from tests.load import LoadWatch
+
 from .conftest import perf, screenshot, wait_for_js, wait_live
 from .timing import TimedStore, box, console_errors
 
@@ -189,12 +191,14 @@ def test_two_hundred_stages_with_runs_from_milliseconds_to_hours(page, daphne_se
         t += length
         timed.at(t)
         timed.complete(c)
-    open_timeline(page, daphne_server, item.pk)
+    with LoadWatch() as load:
+        open_timeline(page, daphne_server, item.pk)
     drawn = perf(page, "wc-runs")  # item-runs.js's measure of its drawing
     timing = {**drawn["detail"], "ms": drawn["duration"]}
-    print(f"\ntimeline of {timing['rows']} stages, {timing['bars']} bars: drawn in {timing['ms']:.1f} ms")
+    print(f"\ntimeline of {timing['rows']} stages, {timing['bars']} bars: drawn in {timing['ms']:.1f} ms "
+          f"(at a load of {load.factor:.1f})")
     assert timing["rows"] == 200 and timing["bars"] == len(lengths)
-    assert timing["ms"] < 300
+    assert timing["ms"] < 1000 * load.within(0.3, cap=1.5)  # 300 ms on an idle machine
     tiny, long_ = bars(page, "s000")[0], bars(page, f"s{len(lengths) - 1:03d}")[0]
     assert tiny["width"] >= 3  # a 5 ms run stays visible and clickable
     assert long_["width"] > 100 * tiny["width"] / 3
