@@ -96,14 +96,20 @@ def _publisher_forgets_the_ids_of_the_test():
     10,000). A test that runs its on-commit hooks inside a transaction it then rolls back
     (`django_capture_on_commit_callbacks(execute=True)`) offers ids that SQLite hands out again
     to the next test's events, which the publisher would then drop as already sent (a listener
-    of that test waited for them in vain). A process of the product never sees an id twice."""
-    yield
+    of that test waited for them in vain). A process of the product never sees an id twice.
+    Forgotten before the test as well as after it: what an earlier test's late commit offered
+    (a thread of it that outlived its teardown) would drop this test's events the same way."""
     from dashboard.stream.publisher import publisher
 
-    queue = publisher.queue
-    with queue.cond:
-        queue.known.clear()
-        queue.known_order.clear()
+    def forget():
+        queue = publisher.queue
+        with queue.cond:
+            queue.known.clear()
+            queue.known_order.clear()
+
+    forget()
+    yield
+    forget()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -82,7 +82,9 @@ class Batcher:
         self.known_order: collections.deque = collections.deque()
         self.busy = False  # a batch is taken and not yet handed to the send path
         self.dropped = 0
+        self.repeats = 0  # events offered again (the event pump and the commit hook both offer each id)
         self.batches = 0  # batches rendered (observability and tests)
+        self.unheard = 0  # events of batches nobody listened to (rendered for no one, not sent)
         self.pid = os.getpid()
         self.thread: threading.Thread | None = None
 
@@ -95,6 +97,7 @@ class Batcher:
         with self.cond:
             for event in events:
                 if event.id in self.known:
+                    self.repeats += 1
                     continue
                 self.known.add(event.id)
                 self.known_order.append(event.id)
@@ -178,6 +181,8 @@ class Batcher:
             try:
                 heard = self.render_batch(batch, last_start + RENDER_PATIENCE)
                 self.batches += 1
+                if not heard:
+                    self.unheard += len(batch)
             except BaseException:  # the thread must live on
                 logger.exception("rendering %s events failed", len(batch))
                 close_connection()
