@@ -63,15 +63,19 @@ def test_the_webhooks_pages_fit_and_show_the_secret_once(admin_page, daphne_serv
     page.select_option("#id_payload", "chat")
     for scheme in ("light", "dark"):
         page.emulate_media(color_scheme=scheme)
-        fits(page)
-        screenshot(page, f"admin-webhook-add-1280-{scheme}.png")
+        for width in (1280, 800):
+            page.set_viewport_size({"width": width, "height": 900})
+            fits(page)
+            screenshot(page, f"admin-webhook-add-{width}-{scheme}.png")
     page.click("input[name=_save]")
     page.wait_for_selector("text=shown this once")
     made = Webhook.objects.get(name="team-chat")
     assert made.secret in page.inner_text("body")
     for scheme in ("light", "dark"):
         page.emulate_media(color_scheme=scheme)
-        screenshot(page, f"admin-webhook-secret-1280-{scheme}.png")
+        for width in (1280, 800):
+            page.set_viewport_size({"width": width, "height": 800})
+            screenshot(page, f"admin-webhook-secret-{width}-{scheme}.png")
     for scheme in ("light", "dark"):
         page.emulate_media(color_scheme=scheme)
         for width in (1280, 800):
