@@ -142,7 +142,10 @@ def test_a_linear_stage_retried_17_times_is_one_node_with_18_attempts(page, daph
     context = page.locator("#panel-body ul.context").inner_text()
     assert context and '{"' not in context and "null" not in context, context
     assert "Then retried by lead." in first
-    page.locator("#panel-body h3", has_text="Attempts").scroll_into_view_if_needed()
+    # in one step in the page: the panel may be drawn again meanwhile (a live update), which would
+    # leave a located heading detached
+    page.evaluate("""() => [...document.querySelectorAll('#panel-body h3')]
+        .find((h) => h.textContent.startsWith('Attempts')).scrollIntoView({block: 'nearest'})""")
     screenshot(page, "history-retried-panel-1280-light.png")
     page.keyboard.press("Escape")
 
