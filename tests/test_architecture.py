@@ -139,13 +139,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("events and auth", ("workcenter.events", "workcenter.auth")),
     ("services", ("workcenter.services", "workcenter.services.*")),
     ("reads", ("workcenter.selectors", "workcenter.overview", "workcenter.worker_figures", "workcenter.item_page_state",
-               "workcenter.stage_durations", "workcenter.inbox")),
+               "workcenter.stage_durations", "workcenter.inbox", "workcenter.run_logs")),
     # what a request, a command, a worker in this process or a page comes in by
     ("ways in", (
         "workcenter.api", "workcenter.api_inbox", "workcenter.dispatch", "workcenter.dispatch.*", "workcenter.schemas_in",
         "workcenter.admin", "workcenter.importer",
         "workcenter.local_store", "workcenter.health", "workcenter.metrics", "workcenter.webhook_sender",
-        "workcenter.api_webhooks", "workcenter.admin_webhooks", "workcenter.admin_parts",
+        "workcenter.api_webhooks", "workcenter.api_run_logs", "workcenter.admin_webhooks", "workcenter.admin_parts",
         "workcenter.management", "workcenter.management.*", "dashboard", "dashboard.*",
     )),
     # the web process's front: the ASGI application, its handler, middleware, routes and static files

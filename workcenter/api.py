@@ -24,11 +24,13 @@ from . import worker_figures
 from . import item_page_state, render, selectors, services
 from .auth import CHANGE, DEFINE_WORKFLOWS, RUN_ACTIONS, VIEW, actor_of, api_auth
 from .constants import CLAIM_HINTS
-from .errors import BadRequest, InvalidInput, StaleRun, WorkcenterError
+from .errors import BadRequest, InvalidInput, WorkcenterError
 from .instruments import CLAIM_SECONDS, SUBMIT_SECONDS
 from .services import bulk
 from .api_inbox import router as inbox_router
 from .api_webhooks import webhooks as webhooks_router
+from .api_run_logs import WORKER_ERRORS, stale_run
+from .api_run_logs import router as run_logs_router
 from .domain.normalize import UNSTORABLE
 from .services.runs import AppliedSubmission
 from .schemas_out import (
@@ -105,7 +107,6 @@ CODE_BY_STATUS = {400: "bad_request", 401: "not_authenticated", 403: "permission
 # documented error bodies (every route can answer 401/403 and 422; a route with a body, 413)
 ITEM_ERRORS = {**ERRORS, 404: ErrorOut, 409: ErrorOut}
 ITEM_BODY_ERRORS = {**ITEM_ERRORS, 413: ErrorOut}
-WORKER_ERRORS = {**ERRORS, 409: ErrorOut, 413: ErrorOut}
 
 
 # --- parsing -------------------------------------------------------------------------------------
@@ -486,16 +487,6 @@ def events_list(request, params: Query[EventsQuery]):
 worker = Router(tags=["worker protocol"], auth=api_auth(RUN_ACTIONS))
 
 
-def _stale(run_id: str, payload, *, integration: bool = False) -> StaleRun:
-    """The 409 for a worker call the service fenced out (it returned None), with the likely cause."""
-    reason = selectors.run_fence_reason(run_id=run_id, owner_boot_id=payload.owner_boot_id,
-                                        lease_epoch=payload.lease_epoch)
-    if integration:
-        reason = ("stale integration: the Run lost its Run lease or its action is not a prepared "
-                  f"integration with this reservation ({reason})")
-    return StaleRun(reason, extra={"run_id": run_id})
-
-
 @worker.post("/claims", response={201: ClaimOut, 204: None, **WORKER_ERRORS})
 def action_claim(request, payload: ClaimIn):
     """Claim at most one ready action: 201 with the run holding the lease, 204 when nothing is claimable."""
@@ -530,7 +521,7 @@ def run_renew(request, run_id: PathId, payload: RenewIn):
     run = services.run_renew(run_id=run_id, owner_boot_id=payload.owner_boot_id, lease_epoch=payload.lease_epoch,
                              lease_ms=payload.lease_ms)
     if run is None:
-        raise _stale(run_id, payload)
+        raise stale_run(run_id, payload)
     return {"expires_at": run.expires_at}
 
 
@@ -541,7 +532,7 @@ def run_progress(request, run_id: PathId, payload: ProgressIn):
     run = services.run_progress(run_id=run_id, owner_boot_id=payload.owner_boot_id,
                                 lease_epoch=payload.lease_epoch, progress=progress)
     if run is None:
-        raise _stale(run_id, payload)
+        raise stale_run(run_id, payload)
     return {"run": run}
 
 
@@ -610,7 +601,7 @@ def integration_set_workspace(request, run_id: PathId, payload: IntegrationWorks
     action = services.integration_set_workspace(action_id=None, run_id=run_id, owner_boot_id=payload.owner_boot_id,
                                                 lease_epoch=payload.lease_epoch, workspace=payload.workspace)
     if action is None:
-        raise _stale(run_id, payload, integration=True)
+        raise stale_run(run_id, payload, integration=True)
     return {"action": selectors.action_with_stats(action)}
 
 
@@ -621,7 +612,7 @@ def integration_acquire(request, run_id: PathId, payload: ReservationIn):
                                                lease_epoch=payload.lease_epoch,
                                                reservation_ms=payload.reservation_ms)
     if reservation is None:
-        raise _stale(run_id, payload, integration=True)
+        raise stale_run(run_id, payload, integration=True)
     return {"token": reservation.token, "expires_at": reservation.expires_at,
             "action": selectors.action_with_stats(reservation.action)}
 
@@ -632,7 +623,7 @@ def integration_finish(request, run_id: PathId, payload: IntegrationFinishIn):
                                          lease_epoch=payload.lease_epoch, token=payload.token,
                                          workspace=payload.workspace)
     if action is None:
-        raise _stale(run_id, payload, integration=True)
+        raise stale_run(run_id, payload, integration=True)
     return {"action": selectors.action_with_stats(action)}
 
 
@@ -641,7 +632,7 @@ def integration_rollback(request, run_id: PathId, payload: IntegrationRollbackIn
     action = services.integration_rollback(action_id=None, run_id=run_id, owner_boot_id=payload.owner_boot_id,
                                            lease_epoch=payload.lease_epoch, token=payload.token)
     if action is None:
-        raise _stale(run_id, payload, integration=True)
+        raise stale_run(run_id, payload, integration=True)
     return {"action": selectors.action_with_stats(action)}
 
 
@@ -649,3 +640,4 @@ api.add_router("", items)
 api.add_router("", worker)
 api.add_router("", inbox_router)
 api.add_router("", webhooks_router)
+api.add_router("", run_logs_router)

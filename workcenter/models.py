@@ -179,6 +179,39 @@ class Run(models.Model):
         return f"run {self.id[:8]} ({self.status})"
 
 
+class RunLog(models.Model):
+    """A run's log, its head: the next chunk's number, the bytes kept, what the per-run cap
+    (WORKCENTER_RUN_LOG_MAX_BYTES) dropped, oldest first. Written with the run's first chunk."""
+    run = models.OneToOneField(Run, primary_key=True, on_delete=models.CASCADE, related_name="log")
+    next_seq = models.IntegerField(default=1)
+    kept_bytes = models.BigIntegerField(default=0)
+    dropped_bytes = models.BigIntegerField(default=0)
+    dropped_chunks = models.IntegerField(default=0)
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"log of run {self.run_id[:8]} ({self.kept_bytes} bytes)"
+
+
+class RunLogChunk(models.Model):
+    """One appended piece of a run's output: its number in the run (1, 2, …), the stream it came
+    from (stdout, stderr, or the worker's own lines), when it was printed and its text."""
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="log_chunks",
+                            db_index=False)  # wc_runlog_seq leads with it
+    seq = models.IntegerField()
+    stream = models.CharField(max_length=16)
+    at = models.DateTimeField()
+    text = models.TextField()
+    size = models.IntegerField()  # UTF-8 bytes of text: what the cap counts
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="wc_runlog_seq")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id[:8]} #{self.seq} {self.stream}"
+
+
 class Event(models.Model):
     id = models.BigAutoField(primary_key=True)
     work_item = models.ForeignKey(WorkItem, on_delete=models.CASCADE, related_name="events",

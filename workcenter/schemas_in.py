@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from ninja import Field, Schema
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BeforeValidator,
     ConfigDict,
     Strict,
@@ -292,6 +293,14 @@ class EventsQuery(Schema):
     limit: int = Field(200, ge=1, le=1000)
 
 
+class RunLogQuery(Schema):
+    after: Optional[int] = Field(None, ge=0, le=MAX_INT32, description="the chunks numbered above this (following "
+                                                                        "the log as it grows)")
+    before: Optional[int] = Field(None, ge=1, le=MAX_INT32, description="the last chunks numbered below this "
+                                                                        "(older output)")
+    limit: int = Field(200, ge=1, le=1000)
+
+
 MAX_PREVIEW_IDS = 16  # a request line stays well inside what the server reads (16 KiB)
 QueryActionId = Annotated[str, Strict(), Field(min_length=1, max_length=64, pattern=NO_NUL_PATTERN,
                                                description=_TEXT_DOC)]
@@ -355,6 +364,20 @@ class _Counters(InputSchema):
 class ProgressIn(_Fence, _Counters):
     response: JsonValue = Field(None, description="progress text (stringified, capped at 65 536 characters)")
     checkpoint: JsonValue = Field(None, description="tool journal object")
+
+
+class LogChunkIn(InputSchema):
+    stream: Literal["stdout", "stderr", "worker"] = Field(description="where the text came from: the command's "
+                                                          "stdout or stderr, or the worker's own lines")
+    text: Annotated[str, Strict(), Field(min_length=1, max_length=65_536, pattern=NO_NUL_PATTERN)] = Field(
+        description="the text as printed (several lines, or part of a long one), at most 65,536 characters")
+    at: Optional[AwareDatetime] = Field(None, description="when it was printed (the worker's clock); "
+                                                          "default: when the server stores it")
+
+
+class RunLogIn(_Fence):
+    chunks: list[LogChunkIn] = Field(..., min_length=1, max_length=500,
+                                     description="appended in this order, numbered after the log's last chunk")
 
 
 _NOT_BLANK_JSON = {"anyOf": [{"type": "string", "pattern": NON_BLANK_PATTERN},

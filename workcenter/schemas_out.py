@@ -569,3 +569,28 @@ class ReservationOut(Schema):
     token: str
     expires_at: Timestamp
     action: ActionOut
+
+
+# --- a run's log ----------------------------------------------------------------------------------
+
+class LogChunkOut(Schema):
+    seq: int = Field(..., description="the chunk's number in its run's log: 1, 2, … in the order appended")
+    stream: str = Field(..., description="stdout, stderr or worker")
+    at: Timestamp
+    text: str
+
+
+class RunLogAppendOut(Schema):
+    next_seq: int = Field(..., description="the number the next chunk will get")
+    kept_bytes: int
+    dropped_bytes: int = Field(..., description="bytes of the oldest chunks dropped past the per-run cap, in all")
+    dropped_chunks: int
+
+
+class RunLogOut(RunLogAppendOut):
+    run_id: str
+    work_item_id: str
+    action_id: str
+    run_status: str
+    chunks: list[LogChunkOut]
+    older: bool = Field(..., description="older chunks are kept: read them with before = the first chunk's seq")

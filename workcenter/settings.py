@@ -237,6 +237,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = WORKCENTER_MAX_BODY_BYTES  # Django's own check, f
 # claim that finds nothing is answered 429 `too_many_waiting_claims` with Retry-After instead.
 WORKCENTER_LONG_POLL_MAX_PER_TOKEN = max(1, int(os.environ.get("WORKCENTER_LONG_POLL_MAX_PER_TOKEN", "64")))
 WORKCENTER_LONG_POLL_MAX_PER_PROCESS = max(1, int(os.environ.get("WORKCENTER_LONG_POLL_MAX_PER_PROCESS", "400")))
+# A run's log keeps at most this many bytes (UTF-8); past it the oldest chunks go, and the log
+# says how much went (workcenter/services/run_logs.py).
+WORKCENTER_RUN_LOG_MAX_BYTES = max(1024, int(os.environ.get("WORKCENTER_RUN_LOG_MAX_BYTES", str(4 * 1024 * 1024))))
 # Webhooks (docs/webhooks.md): targets on loopback, link-local and private addresses are refused
 # unless their host is named here (comma-separated); the address pages link to in a delivery.
 WORKCENTER_WEBHOOK_ALLOW_HOSTS = os.environ.get("WORKCENTER_WEBHOOK_ALLOW_HOSTS", "")

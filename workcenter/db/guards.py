@@ -17,7 +17,7 @@ the cold paths (renew, progress, interrupt, integration) write alike. Nothing he
 from __future__ import annotations
 
 from ..domain import rules
-from ..models import (OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunStatus, Webhook, WebhookDelivery, WorkItem,
+from ..models import (OPEN_ACTION_STATUSES, Action, ActionStatus, Run, RunLog, RunStatus, Webhook, WebhookDelivery, WorkItem,
                       WorkItemStatus)
 
 
@@ -152,3 +152,9 @@ DELIVERY_PENDING = Guard(
 WEBHOOK_ACTIVE = Guard(
     "webhook_active", Webhook, "the webhook is active (a sender pauses it once; a person may have paused or "
     "resumed it meanwhile)", active=True)
+
+# --- a run's log (services/run_logs) ---------------------------------------------------------
+
+RUN_LOG_AT_SEQ = Guard(
+    "run_log_at_seq", RunLog, "the log's next chunk number is as the appender read it under the run's lease "
+    "(two appends of one run never number a chunk twice)", next_seq=ARG)

@@ -27,7 +27,7 @@ from .hooks import fault_point
 SNAPSHOT_FIELDS = ("role_snapshot", "vp_snapshot", "model_snapshot", "tool_policy_snapshot")
 
 
-def _check_triple(run_id: Any, owner_boot_id: Any, lease_epoch: Any) -> None:
+def check_triple(run_id: Any, owner_boot_id: Any, lease_epoch: Any) -> None:
     errors = []
     if not isinstance(run_id, str) or not run_id:
         errors.append("run_id")
@@ -42,7 +42,7 @@ def _check_triple(run_id: Any, owner_boot_id: Any, lease_epoch: Any) -> None:
 def run_renew(*, run_id: str, owner_boot_id: str, lease_epoch: int, lease_ms: int = 60_000,
               now: datetime | None = None) -> Run | None:
     """Move the lease expiry to now + lease_ms; None when the fence (live lease) fails."""
-    _check_triple(run_id, owner_boot_id, lease_epoch)
+    check_triple(run_id, owner_boot_id, lease_epoch)
     common.check_duration(lease_ms, "lease_ms")
     with store_transaction():
         now = resolve_now(now)
@@ -60,7 +60,7 @@ def run_renew(*, run_id: str, owner_boot_id: str, lease_epoch: int, lease_ms: in
 def run_progress(*, run_id: str, owner_boot_id: str, lease_epoch: int, progress: dict,
                  now: datetime | None = None) -> Run | None:
     """Overwrite response, counters and checkpoint; progress_revision + 1. None when fenced out."""
-    _check_triple(run_id, owner_boot_id, lease_epoch)
+    check_triple(run_id, owner_boot_id, lease_epoch)
     if not isinstance(progress, dict):
         raise InvalidInput("progress must be an object", fields=["progress"])
     with store_transaction():
@@ -82,7 +82,7 @@ def run_progress(*, run_id: str, owner_boot_id: str, lease_epoch: int, progress:
 def run_set_snapshots(*, run_id: str, owner_boot_id: str, lease_epoch: int, snapshots: dict,
                       now: datetime | None = None) -> bool:
     """Write the four execution snapshots once, while all are still null."""
-    _check_triple(run_id, owner_boot_id, lease_epoch)
+    check_triple(run_id, owner_boot_id, lease_epoch)
     with store_transaction():
         now = resolve_now(now)
         lease, _ = common.load_lease(run_id, owner_boot_id, lease_epoch, now, require_live=True)
@@ -111,7 +111,7 @@ def run_submit(*, run_id: str, owner_boot_id: str, lease_epoch: int, result: dic
     the run (§7.2), the contract patch and planned snapshot (§7.4-§7.5), the action's new status
     (§7.3), then the graph or linear advance (§7.6-§7.7) and the event. Every write is a guarded
     write of one `db.Writes` batch (one statement per batch on PostgreSQL)."""
-    _check_triple(run_id, owner_boot_id, lease_epoch)
+    check_triple(run_id, owner_boot_id, lease_epoch)
     if not isinstance(result, dict):
         raise InvalidInput("result must be an object", fields=["result"])
     actor = actor or f"worker:{owner_boot_id}"
@@ -358,7 +358,7 @@ def run_interrupt(*, run_id: str, owner_boot_id: str, lease_epoch: int,
                   actor: str | None = None, now: datetime | None = None) -> bool:
     """running → interrupted (DOMAIN §9.1), expiry ignored; the action goes back to ready when
     retryable, else failed. False when the fence fails; a live reservation refuses."""
-    _check_triple(run_id, owner_boot_id, lease_epoch)
+    check_triple(run_id, owner_boot_id, lease_epoch)
     actor = actor or f"worker:{owner_boot_id}"
     with store_transaction():
         now = resolve_now(now)

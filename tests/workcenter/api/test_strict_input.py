@@ -73,8 +73,8 @@ def test_the_document_has_the_integer_fields_this_file_knows():
     # a new integer field lands in the parametrised tests below by itself; this guards the walk
     names = {f for _m, _p, f in INTEGER_BODY_FIELDS}
     assert {"lease_ms", "lease_epoch", "expected_revision", "revision", "reservation_ms", "wait_ms"} <= names
-    assert len(INTEGER_BODY_FIELDS) == 16
-    assert {name for _p, name in INTEGER_QUERY_FIELDS} == {"limit", "after_id"}
+    assert len(INTEGER_BODY_FIELDS) == 17  # the log append's lease_epoch the 17th
+    assert {name for _p, name in INTEGER_QUERY_FIELDS} == {"limit", "after_id", "after", "before"}
 
 
 def _state() -> tuple:
@@ -109,6 +109,7 @@ def _valid_body(method: str, path: str, item: dict, claim: dict) -> tuple[str, d
         "/runs/{run_id}/integration/reservation": {**fence(claim), "reservation_ms": 20_000},
         "/runs/{run_id}/integration/finish": {**fence(claim), "token": "t", "workspace": {}},
         "/runs/{run_id}/integration/rollback": {**fence(claim), "token": "t"},
+        "/runs/{run_id}/log": {**fence(claim), "chunks": [{"stream": "stdout", "text": "x"}]},
     }
     body = bodies.get(path.removeprefix("/api/v1"), dict(fence(claim)))
     return url, body
@@ -155,9 +156,10 @@ def test_a_number_without_fraction_is_the_integer_it_names(api, running):
 @pytest.mark.parametrize("path,name", INTEGER_QUERY_FIELDS, ids=[f"{p} {n}" for p, n in INTEGER_QUERY_FIELDS])
 @pytest.mark.parametrize("value", ["true", "false", "1.5", "ten"])
 def test_a_query_integer_is_not_a_boolean(make_user, token_api, running, path, name, value):
-    item, _claim = running
+    item, claim = running
     api = token_api(make_user("root", superuser=True))  # may read every route, the webhooks' included
-    r = api.get(path.removeprefix("/api/v1").format(item_id=item["id"], webhook_id="no-such-webhook"), {name: value})
+    r = api.get(path.removeprefix("/api/v1").format(item_id=item["id"], webhook_id="no-such-webhook",
+                                                     run_id=claim["run"]["id"]), {name: value})
     assert r.status_code == 422, r.content
     assert [e["field"] for e in r.json()["extra"]["errors"]] == [name]
 
