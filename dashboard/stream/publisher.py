@@ -55,6 +55,7 @@ class Publisher:
         self._listen_loop: asyncio.AbstractEventLoop | None = None  # where in-memory consumers listen
         self._send_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._drain_registered = False
+        self.sent = 0  # group sends done (observability and tests)
         self.states = ItemStates()
         self.overview = OverviewPush()
 
@@ -192,6 +193,7 @@ class Publisher:
         async with lock:
             for group in groups:
                 await layer.group_send(group, message)
+                self.sent += 1
 
     def drain(self, timeout: float = DRAIN_SECONDS) -> None:
         """Wait (bounded) for the queued events to be rendered and for the sends handed to another
