@@ -9,7 +9,7 @@ the event stream and moves no status.
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 
 from django.conf import settings
 
@@ -42,6 +42,11 @@ def clean_chunks(chunks) -> list[dict]:
                                fields=[f"chunks[{i}].text"])
         if at is not None and (not isinstance(at, datetime) or at.tzinfo is None):
             raise InvalidInput(f"chunks[{i}].at must be a time with its zone", fields=[f"chunks[{i}].at"])
+        if at is not None:
+            try:  # stored in UTC: PostgreSQL refuses an offset past ±15:59, which JSON may carry
+                at = at.astimezone(timezone.utc)
+            except (OverflowError, ValueError):
+                raise InvalidInput(f"chunks[{i}].at is out of range", fields=[f"chunks[{i}].at"]) from None
         out.append({"stream": stream, "text": text.replace("\x00", "\ufffd"), "at": at})
     return out
 

@@ -87,6 +87,11 @@ def test_a_chunk_over_the_limit_is_refused_and_nothing_is_written(api, claim, se
         r = api.post(f"/runs/{claim['run']['id']}/log", {**fence(claim), "chunks": bad})
         assert r.status_code == 422, (bad, r.content)
     assert RunLogChunk.objects.count() == 0 and RunLog.objects.count() == 0
+    # a time with any offset JSON allows is stored in UTC
+    r = api.post(f"/runs/{claim['run']['id']}/log",
+                 {**fence(claim), "chunks": [{"stream": "stdout", "text": "x", "at": "2026-10-18T03:44:46-18:02"}]})
+    assert r.status_code == 200, r.content
+    assert read(api, claim)["chunks"][0]["at"].startswith("2026-10-18T21:46:46")
 
 
 def test_the_cap_drops_the_oldest_chunks_and_says_how_much(api, claim, settings):
