@@ -49,9 +49,7 @@ def run_log(request, run_id: PathId, query: Query[RunLogQuery]):
     return run_logs.run_log_page(run_id, after=query.after, before=query.before, limit=query.limit)
 
 
-@router.get("/runs/{run_id}/log.txt", response={200: None, **ERRORS, 404: ErrorOut}, auth=api_auth(VIEW),
-            openapi_extra={"responses": {"200": {"description": "the whole log kept, as text",
-                                                 "content": {"text/plain": {"schema": {"type": "string"}}}}}})
+@router.get("/runs/{run_id}/log.txt", response={200: None, **ERRORS, 404: ErrorOut}, auth=api_auth(VIEW))
 def run_log_text(request, run_id: PathId):
     """The whole log kept, as text (a download): what was dropped, if anything, first."""
     # at most the per-run cap (WORKCENTER_RUN_LOG_MAX_BYTES): read whole, in the request's thread
