@@ -71,6 +71,9 @@ function reload() {
   return reading;
 }
 
+// a question's read may outrun the event that ended it: this reason is told again as events arrive
+const UNKNOWN_WHY = "it no longer waits for an answer";
+
 /** Why a question the person was answering no longer waits, from the events seen since the read. */
 function whyGone(row) {
   const events = [...(recent.get(row.item_id) || [])].reverse(); // newest first
@@ -81,7 +84,7 @@ function whyGone(row) {
   if (cancelled) return `the item was cancelled meanwhile by ${actorName(cancelled.actor)}`;
   const reset = events.find((e) => e.type === "action.reset" && e.action_id === row.action_id);
   if (reset) return `the stage was reset meanwhile by ${actorName(reset.actor)}`;
-  return "it no longer waits for an answer";
+  return UNKNOWN_WHY;
 }
 
 function apply(data) {
@@ -450,6 +453,13 @@ function onEvent(msg) {
   const events = recent.get(id);
   events.push({ type: ev?.type, actor: ev?.actor, action_id: ev?.action_id });
   if (events.length > RECENT) events.shift();
+  let told = false; // a stale question of this item whose reason was not known yet: its event may say it now
+  for (const s of stale.values()) {
+    if (s.row.item_id !== id || s.why !== UNKNOWN_WHY) continue;
+    s.why = whyGone(s.row);
+    told = told || s.why !== UNKNOWN_WHY;
+  }
+  if (told) render();
   if (!state.loaded) return;
   if (groups.has(id) || (item && NEEDS.includes(item.status))) reload();
 }
