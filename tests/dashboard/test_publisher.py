@@ -388,7 +388,7 @@ def publisher_log():
     logger.disabled = was
 
 
-def _publisher_facts(want, got, batches_before, log, repeats_before=0, sent_before=0) -> str:
+def _publisher_facts(want, got, batches_before, log, repeats_before=0, sent_before=0, unheard_before=0) -> str:
     """What the publisher of this process was doing when a listener waited in vain."""
     from workcenter.send_loop import send_loop
 
@@ -399,9 +399,10 @@ def _publisher_facts(want, got, batches_before, log, repeats_before=0, sent_befo
     return (f"no message for 20 s: want {want}, got {sorted(m['id'] for m in got)}; batches rendered "
             f"{queue.batches - batches_before} since, waiting {len(queue.waiting)}, busy {queue.busy}, "
             f"thread alive {queue.thread is not None and queue.thread.is_alive()}, known {[i for i in want if i in queue]}, "
-            f"offered again since the test began {queue.repeats - repeats_before}, unheard so far {queue.unheard}, group sends done since the test began {publisher.sent - sent_before}, "
+            f"offered again since the test began {queue.repeats - repeats_before}, unheard since the test began {queue.unheard - unheard_before}, group sends done since the test began {publisher.sent - sent_before}, "
             f"sends in flight {len(send_loop.pending)}, send locks held {locks}; event pump running {pump.running} "
-            f"for {len(pump.consumers)} consumers, {pump.published} offered; logged: {log.lines}")
+            f"for {len(pump.consumers)} consumers, {pump.published} offered; the probe finds now "
+            f"{publisher.members(publisher.layer(), [ITEMS_GROUP])}; logged: {log.lines}")
 
 
 def test_redis_burst_reaches_a_listener_in_id_order(store, redis_layer, monkeypatch, publisher_log):
@@ -409,7 +410,7 @@ def test_redis_burst_reaches_a_listener_in_id_order(store, redis_layer, monkeypa
     channel = _on_send_loop(redis_layer.new_channel())
     _on_send_loop(redis_layer.group_add(ITEMS_GROUP, channel))
     before = selectors.event_last_id()
-    repeats, sent = publisher.queue.repeats, publisher.sent
+    repeats, sent, unheard = publisher.queue.repeats, publisher.sent, publisher.queue.unheard
     errors = []
 
     def commit(n):
@@ -436,7 +437,7 @@ def test_redis_burst_reaches_a_listener_in_id_order(store, redis_layer, monkeypa
         try:
             message = _on_send_loop(asyncio.wait_for(redis_layer.receive(channel), 20))
         except TimeoutError:
-            raise AssertionError(_publisher_facts(want, got, batches, publisher_log, repeats, sent)) from None
+            raise AssertionError(_publisher_facts(want, got, batches, publisher_log, repeats, sent, unheard)) from None
         mine = [m for m in (message["events"] if message["type"] == "stream.events" else [message])
                 if m["id"] > before]  # an earlier test's batch may still reach the group
         got.extend(mine)
