@@ -13,6 +13,7 @@ from .clock import iso_ms
 from .errors import WorkcenterError
 from .selectors import claim_dependencies
 from .services import action_claim, run_interrupt, run_progress, run_renew, run_submit, run_unseen_claim, runs_recover
+from .services.run_logs import run_log_append
 from .services.runs import AppliedSubmission
 from .worker import StoreError
 
@@ -69,6 +70,16 @@ class LocalStore:
 
     def progress(self, run, progress):
         return run_progress(**self._fence(run), progress=progress) is not None
+
+    def log(self, run, chunks):
+        """As over HTTP: refused input is a StoreError, a database out of reach a ConnectionError."""
+        try:
+            return run_log_append(**self._fence(run), chunks=chunks) is not None
+        except WorkcenterError as exc:
+            raise StoreError(exc.message, exc.code) from None
+        except (OperationalError, InterfaceError) as exc:
+            connection.close()
+            raise ConnectionError(f"database: {exc}") from exc
 
     def submit(self, run, result, claim_next=None):
         """As over HTTP: a submission applied already (the same fence) answers as applied, and a

@@ -18,12 +18,13 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import orjson
 
 from .constants import RESPONSE_CAP
+from .worker_log import LogSender, Report
 
 logger = logging.getLogger("workcenter.worker")
 
@@ -71,6 +72,7 @@ class WorkerStore(Protocol):
     def claim(self, boot_id: str, lease_ms: int, wait_ms: int = 0) -> dict | None: ...
     def renew(self, run: dict, lease_ms: int) -> bool: ...
     def progress(self, run: dict, progress: dict) -> bool: ...
+    def log(self, run: dict, chunks: list[dict]) -> bool: ...
     def submit(self, run: dict, result: dict, claim_next: tuple[str, int] | None = None) -> dict: ...
     def interrupt(self, run: dict, reason: str, final_progress: dict | None) -> bool: ...
     def thread_done(self) -> None: ...
@@ -226,6 +228,18 @@ class HttpStore:
                 return False
             raise
 
+    def log(self, run, chunks):
+        """Append chunks ({stream, text, at: an aware datetime}) to the run's log; False when stale."""
+        body = {**self._fence(run), "chunks": [{"stream": c["stream"], "text": c["text"], "at": c["at"].isoformat()}
+                                               for c in chunks]}
+        try:
+            self._call(f"/runs/{run['id']}/log", body)
+            return True
+        except StoreError as exc:
+            if exc.code == "stale_run":
+                return False
+            raise
+
     def submit(self, run, result, claim_next=None):
         """Submit; with `claim_next` (boot id, lease ms) the answer's `next` is the next claim, made
         in the same request. A server that does not know `claim_next` refuses it with 422 before
@@ -259,7 +273,9 @@ class HttpStore:
 
 
 class Executor(Protocol):
-    def execute(self, task: dict, report: Callable[[dict], bool], stop: threading.Event) -> dict: ...
+    """`report(progress)` reports progress; `report.log(text, stream)` appends to the run's log
+    (workcenter/worker_log.py)."""
+    def execute(self, task: dict, report: Report, stop: threading.Event) -> dict: ...
 
 
 class RunAborted(Exception):
@@ -276,6 +292,7 @@ class ActiveRun:
     settling: bool = False  # its result is in hand and being submitted: a stop leaves it alone
     lease_lost: bool = False  # a renewal was refused as stale: the lease is gone
     kick: threading.Event = field(default_factory=threading.Event)  # ends a submission's backoff early
+    log: LogSender | None = None  # the run's log on its way to the store, while it executes
     # when the store last confirmed the lease (the claim's answer, a renewal), monotonic: one lease
     # after it the lease has ended on the server too, and a submission can no longer be applied
     confirmed_at: float = field(default_factory=time.monotonic)
@@ -426,6 +443,8 @@ class Worker:
                 if not ok:
                     with self.lock:
                         active.lease_lost = True
+                        if active.log is not None:
+                            active.log.abandon()
                         if not active.settling:
                             active.abort_reason = "work_item_lease_lost"
                             active.stop.set()
@@ -439,7 +458,7 @@ class Worker:
         task, run = active.task, active.task["run"]
         done = threading.Event()  # ends the renewals: the run was submitted (or given up)
 
-        def report(progress: dict) -> bool:
+        def progress(progress: dict) -> bool:
             active.last_progress = dict(progress)
             if active.stop.is_set():
                 return False
@@ -449,6 +468,8 @@ class Worker:
                 logger.exception("progress failed")
                 return False
 
+        active.log = LogSender(self.store, run, transient=transient, on_thread_end=self._thread_done)
+        report = Report(progress, active.log)
         renewer = threading.Thread(target=self._renew_loop, args=(active, done), daemon=True)
         renewer.start()
         following = None  # the next claim, made with the submission (one request per action)
@@ -464,6 +485,9 @@ class Worker:
                           **(active.last_progress or {})}
             with self.lock:  # from here a stop leaves the run alone: its result is submitted (or journalled)
                 active.settling = result is not None and not active.stop.is_set()
+            if active.lease_lost:
+                active.log.abandon()
+            active.log.close(timeout=10.0 if active.settling else 2.0)  # the log is whole before the outcome
             if active.settling:
                 following = self._settle(active, result)
         except Exception:

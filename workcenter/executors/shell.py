@@ -32,16 +32,22 @@ worker's environment minus WORKCENTER_TOKEN, plus the command's `env`, plus WORK
 WORKCENTER_ACTION_ID, WORKCENTER_STAGE_ID, WORKCENTER_RUN_ID, WORKCENTER_ATTEMPT and
 WORKCENTER_COMMAND.
 
+The command's stdout and stderr go to the run's log as they come, line by line (a line still open
+after LINE_WAIT_S is sent as far as it goes), and their last TAIL characters are the run's
+progress every second and its response at the end.
+
 Exit code 0 ⇒ completed with the output tail as evidence; 75 (EX_TEMPFAIL) ⇒ retryable; any other
 code, a timeout or a program that cannot start ⇒ failed. Stopping the run ends the command's whole
 process group (SIGTERM, then SIGKILL after 10 s).
 """
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import os
 import re
+import selectors
 import shlex
 import signal
 import subprocess
@@ -54,10 +60,12 @@ from typing import Any, Callable
 
 from . import ExecutorConfigError, acceptance_checks
 from ..worker import RunAborted
+from ..worker_log import log_to
 
 logger = logging.getLogger("workcenter.executors.shell")
 
 TAIL = 4000
+LINE_WAIT_S = 1.0  # a line that has not ended after this long is sent as far as it goes (a progress bar)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 ENTRY_KEYS = {"run", "argv", "timeout_s", "env", "shell"}
 # the worker's own credential stays with the worker: commands work on item content
@@ -197,6 +205,71 @@ def _env_value(value: Any) -> str:
     return str(value).replace("\0", "").encode("utf-8", "replace").decode("utf-8")
 
 
+class OutputTail:
+    """The last `size` characters of a command's output (stdout and stderr as they came), bounded."""
+
+    def __init__(self, size: int):
+        self.size, self._text, self._lock = size, "", threading.Lock()
+
+    def add(self, text: str) -> None:
+        with self._lock:
+            self._text = (self._text + text)[-2 * self.size:] if len(self._text) + len(text) > 2 * self.size \
+                else self._text + text
+
+    def text(self) -> str:
+        with self._lock:
+            return self._text[-self.size:]
+
+
+def read_lines(pipes: dict, line_wait_s: float = LINE_WAIT_S):
+    """(stream, text) as a process writes to its pipes ({stream name: binary pipe}), line by line
+    (each with its newline), decoded as UTF-8 (a byte that is not is replaced; NUL becomes U+FFFD);
+    a line still open after `line_wait_s` comes as far as it goes, its rest later. Ends when every
+    pipe is closed."""
+    sel = selectors.DefaultSelector()
+    open_since: dict[str, float] = {}
+    partial: dict[str, str] = {}
+    decoders = {}
+    for stream, pipe in pipes.items():
+        os.set_blocking(pipe.fileno(), False)
+        sel.register(pipe, selectors.EVENT_READ, stream)
+        decoders[stream] = codecs.getincrementaldecoder("utf-8")("replace")
+        partial[stream] = ""
+    try:
+        while sel.get_map():
+            now = time.monotonic()
+            waits = [since + line_wait_s - now for since in open_since.values()]
+            for key, _ in sel.select(max(0.0, min(waits)) if waits else None):
+                stream = key.data
+                try:
+                    data = os.read(key.fileobj.fileno(), 65_536)
+                except BlockingIOError:
+                    continue
+                text = decoders[stream].decode(data, final=not data).replace("\x00", "\ufffd")
+                if not data:
+                    sel.unregister(key.fileobj)
+                buffered = partial[stream] + text
+                cut = buffered.rfind("\n") + 1
+                if cut:
+                    yield stream, buffered[:cut]
+                    buffered = buffered[cut:]
+                    open_since.pop(stream, None)
+                if buffered and not data:  # the pipe closed on an open line
+                    yield stream, buffered
+                    buffered = ""
+                partial[stream] = buffered
+                if buffered:
+                    open_since.setdefault(stream, time.monotonic())
+            now = time.monotonic()
+            for stream, since in list(open_since.items()):
+                if now - since >= line_wait_s and partial[stream]:
+                    yield stream, partial[stream]
+                    partial[stream] = ""
+                    del open_since[stream]
+    finally:
+        sel.close()
+
+
 def _end_group(proc: subprocess.Popen, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
@@ -233,18 +306,18 @@ class ShellExecutor:
             return {"outcome": "failed", "error": f"`{name}`: the item's work_dir is not a directory on this worker"}
         try:
             proc = subprocess.Popen(command.argv, cwd=cwd, env=self._environment(command, task), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                                    bufsize=1, start_new_session=True)
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, start_new_session=True)
         except OSError as exc:
             return {"outcome": "failed", "error": f"`{name}` could not start ({command.argv[0]}): {exc.strerror or exc}"}
-        output: list[str] = []
+        output = OutputTail(TAIL)
 
         def pump():
-            for line in proc.stdout:
-                output.append(line.replace("\0", ""))
+            for stream, text in read_lines({"stdout": proc.stdout, "stderr": proc.stderr}):
+                output.add(text)
+                log_to(report, text, stream)
 
         def tail() -> str:
-            return "".join(output)[-TAIL:]
+            return output.text()
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()

@@ -19,6 +19,7 @@ from typing import Callable
 
 from . import acceptance_checks
 from ..worker import RunAborted
+from ..worker_log import log_to
 
 FEEDBACK_MARK = "Addressed review feedback"
 
@@ -48,6 +49,33 @@ PLANS = {
 }
 
 
+# what a simulated step prints to the run's log: a command, a few lines of its output, now and then a warning
+LOG_COMMANDS = {
+    "triage": ["git log --oneline -5", "grep -rn TODO src/ | head"],
+    "research": ["rg --count 'def ' src/", "python -m timeit -n 100 'import json'"],
+    "implement": ["git diff --stat", "python -m pytest -q tests/unit", "ruff check src/"],
+    "review": ["git diff main...HEAD --stat", "python -m pytest -q"],
+    "test": ["python -m pytest -q", "python -m pytest -q -k slow"],
+}
+LOG_OUTPUT = ["collected {n} items", "{n} passed in {s:.2f}s", "src/store.py:{n}: ok", "wrote {n} bytes",
+              "fetching context ({n} tokens)", "tool call: read_file src/module_{n}.py", "diff: +{n} -{m} lines"]
+LOG_WARNINGS = ["warning: deprecated option --strict in setup.cfg", "DeprecationWarning: datetime.utcnow() is deprecated",
+                "note: retrying request after 429 (attempt 2)"]
+
+
+def _log_lines(rng: random.Random, action: dict, step: int, steps: int):
+    """(stream, text) lines of one simulated step: plausible, and deterministic like the rest."""
+    commands = LOG_COMMANDS.get(action.get("type") or "", ["make build", "python -m pytest -q"])
+    yield "stdout", f"$ {rng.choice(commands)}\n"
+    for _ in range(rng.randint(1, 4)):
+        yield "stdout", rng.choice(LOG_OUTPUT).format(n=rng.randint(2, 400), m=rng.randint(0, 80),
+                                                      s=rng.uniform(0.1, 9)) + "\n"
+    if rng.random() < 0.15:
+        yield "stderr", rng.choice(LOG_WARNINGS) + "\n"
+    if step + 1 == steps:
+        yield "worker", f"{action.get('stage_id')}: {steps} step(s) done\n"
+
+
 def _rng(*parts) -> random.Random:
     seed = hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()
     return random.Random(int(seed[:16], 16))
@@ -67,6 +95,8 @@ class SimulatedExecutor:
         item, action = task["work_item"], task["action"]
         rng = _rng(item["id"], action.get("stage_id"), action.get("attempt"), action.get("sequence"))
         duration = rng.uniform(0.6, 2.4) * self.scale
+        # the log's lines have a random stream of their own: the outcomes stay what they were without a log
+        log_rng = _rng("log", item["id"], action.get("stage_id"), action.get("attempt"), action.get("sequence"))
         steps = max(1, int(duration / 0.3))
         counters = {"llm_request_count": 0, "loop_count": 0, "tool_count": 0, "input_tokens": 0,
                     "output_tokens": 0, "total_tokens": 0}
@@ -81,6 +111,8 @@ class SimulatedExecutor:
             counters["output_tokens"] += rng.randint(100, 600)
             counters["total_tokens"] = counters["input_tokens"] + counters["output_tokens"]
             lines.append(f"step {step + 1}/{steps}: working on {action.get('stage_id')}")
+            for stream, text in _log_lines(log_rng, action, step, steps):
+                log_to(report, text, stream)
             report({"response": "\n".join(lines[-20:]), **counters,
                     "checkpoint": {"tool_events": [{"name": "shell", "resource": item.get("work_dir") or "."}]}})
         return self._outcome(task, rng, counters, "\n".join(lines))

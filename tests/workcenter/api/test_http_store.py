@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from datetime import datetime, timezone
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -14,7 +15,7 @@ from tests.conftest import checks_for
 from tests.live import free_port, start_daphne, stop_process
 from workcenter import services
 from workcenter.auth import api_token_create
-from workcenter.models import Run, WorkItem
+from workcenter.models import Run, RunLogChunk, WorkItem
 from workcenter.worker import HttpStore, StoreError
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -75,6 +76,9 @@ def test_calls_share_one_keep_alive_connection(server, token):
     assert store.renew(task["run"], 30_000) is True
     ports |= _local_ports(store)
     assert store.progress(task["run"], {"response": "half"}) is True
+    at = datetime.now(timezone.utc)
+    assert store.log(task["run"], [{"stream": "stdout", "text": "half\n", "at": at}]) is True
+    assert list(RunLogChunk.objects.filter(run_id=task["run"]["id"]).values_list("text", "at")) == [("half\n", at)]
     out = store.submit(task["run"], {"outcome": "completed", "summary": "done", "evidence": ["did it"]})
     ports |= _local_ports(store)
     # then every call used the same connection
@@ -87,6 +91,7 @@ def test_calls_share_one_keep_alive_connection(server, token):
         store.submit({**task["run"], "owner_boot_id": "boot-other"}, {"outcome": "completed"})
     assert err.value.code == "stale_run" and err.value.status == 409
     assert store.renew(task["run"], 30_000) is False  # stale: the run has finished
+    assert store.log(task["run"], [{"stream": "stdout", "text": "late\n", "at": at}]) is False
     assert _local_ports(store) == ports
     bad = HttpStore(server.url, "wc_nope_nope")
     with pytest.raises(StoreError) as err:
