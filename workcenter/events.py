@@ -2,7 +2,7 @@
 
 `event_append` is the one way to write an Event row. After the commit the store hands the event
 (and a worker's progress report, which is never stored) to the publisher registered with
-`set_publisher` / `set_progress_publisher`: the dashboard app registers its publisher
+`set_publisher` / `set_progress_publisher` (and that a run's log grew, `set_run_log_publisher`): the dashboard app registers its publisher
 (dashboard/stream/publisher.py, the live stream) at startup; until then the store logs. This module
 knows nothing of how the publisher delivers.
 """
@@ -56,8 +56,13 @@ def _log_progress(run: Run) -> None:
     logger.debug("progress run=%s revision=%s", run.pk, run.progress_revision)
 
 
+def _log_run_log(run_id: str, next_seq: int) -> None:
+    logger.debug("run log run=%s next_seq=%s", run_id, next_seq)
+
+
 _publish_event: Callable[[Event], None] = _log_event
 _publish_progress: Callable[[Run], None] = _log_progress
+_publish_run_log: Callable[[str, int], None] = _log_run_log
 
 
 def set_publisher(fn: Callable[[Event], None] | None) -> None:
@@ -70,6 +75,17 @@ def set_progress_publisher(fn: Callable[[Run], None] | None) -> None:
     """Register what receives each progress report after its transaction commits (None: log it)."""
     global _publish_progress
     _publish_progress = fn or _log_progress
+
+
+def set_run_log_publisher(fn: Callable[[str, int], None] | None) -> None:
+    """Register what hears, after commit, that a run's log grew (run id, next chunk number)."""
+    global _publish_run_log
+    _publish_run_log = fn or _log_run_log
+
+
+def publish_run_log_on_commit(run_id: str, next_seq: int) -> None:
+    """A run's log grew (services/run_logs.py): its followers read it after the commit."""
+    transaction.on_commit(lambda: _publish_run_log(run_id, next_seq), robust=True)
 
 
 def publish_on_commit(event: Event) -> None:

@@ -52,6 +52,7 @@ from .heartbeat import heartbeat
 from .live_state import MAX_HELLO_BYTES, overview_now
 from .messages import event_message, hello_message
 from .publisher import publisher
+from .run_log_follow import LogFollow, parse_follow
 from .pump import pump
 
 CLOSE_BAD_REQUEST = 4400
@@ -82,6 +83,7 @@ REPLAY_THREADS = 1
 # replay of 10,000 events takes about 3 s instead of 1.5 s).
 REPLAY_REST = 1.0
 PENDING_MAX = 1000  # live messages a consumer buffers during its replay
+MAX_CLIENT_MESSAGE = 1024  # characters of a message a client sends (a log follow); longer ones are ignored
 _DIGITS = re.compile(r"[0-9]{1,20}")
 MAX_EVENT_ID = 2**63 - 1  # event ids are 64-bit
 
@@ -157,6 +159,7 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
         self._read_to = 0  # a buffered message above this id was dropped: the replay reads up to it
         self._progress: dict = {}  # during a replay: the latest progress message of each run
         self._counted = False  # in workcenter_websocket_clients (after its hello)
+        self.log = LogFollow(self)  # the run log this page's panel follows, if any (run_log_follow.py)
 
     async def connect(self) -> None:
         refusal = await viewer_refusal(self.scope)
@@ -187,6 +190,7 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
 
     async def websocket_disconnect(self, message) -> None:
         self._stop_replay()  # first: nothing more is read or sent for a client that left
+        await self.log.stop()
         await super().websocket_disconnect(message)
 
     async def disconnect(self, code) -> None:
@@ -334,6 +338,10 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
             return
         await self.send_json(message["message"])
 
+    async def stream_run_log(self, message: dict) -> None:
+        """A run's log grew: the follower reads it (it joined the run's group, run_log_follow.py)."""
+        self.log.woken(message["run_id"])
+
     async def dispatch(self, message) -> None:
         """The stream's group messages go straight to their handlers: channels' dispatch first runs
         `aclose_old_connections` in a worker thread for every message, a thread hop per message
@@ -356,4 +364,16 @@ class WorkItemStreamConsumer(AsyncJsonWebsocketConsumer):
         return render.loads(text_data)
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
-        """The stream is one-way: what a client sends is ignored (never parsed)."""
+        """The stream is one-way but for the per-item stream's log follow (run_log_follow.py):
+        anything else a client sends, or a text over MAX_CLIENT_MESSAGE, is ignored unparsed."""
+        if self.item_id is None or not text_data or len(text_data) > MAX_CLIENT_MESSAGE or not self._counted:
+            return
+        try:
+            message = render.loads(text_data)
+        except ValueError:
+            return
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "log.unfollow":
+            await self.log.stop()
+        elif kind == "log.follow" and (follow := parse_follow(message)) is not None:
+            await self.log.follow(*follow)

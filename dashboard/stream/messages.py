@@ -2,7 +2,7 @@
 
 The client messages (`hello_message`, `event_message`, `progress_message`) and the group
 envelopes the consumers unwrap (`stream.event`, `stream.events`, `stream.progress`,
-`stream.overview`): a `stream.event` names the event's id and the previous stored ids (overall
+`stream.overview`, and `stream.run_log`, which wakes the followers of a run's log): a `stream.event` names the event's id and the previous stored ids (overall
 and in its item), so that a consumer that missed one reads the hole back from the database. An
 envelope leaves `encoded`: its client message as the JSON text the consumers send, encoded once
 per process, not once per listening socket.
@@ -29,6 +29,16 @@ def item_group(item_id: str) -> str:
     if _GROUP_SAFE.fullmatch(item_id):
         return f"workcenter.item.{item_id}"
     return "workcenter.item.h" + hashlib.sha256(item_id.encode("utf-8")).hexdigest()[:40]
+
+
+def run_log_group(run_id: str) -> str:
+    """`workcenter.runlog.<digest>`: the pages that follow one run's log (run ids may be long)."""
+    return "workcenter.runlog." + hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:40]
+
+
+def stream_run_log(run_id: str, next_seq: int) -> dict:
+    """The group envelope that wakes a run's log followers: chunks up to `next_seq` are stored."""
+    return {"type": "stream.run_log", "run_id": run_id, "next_seq": next_seq}
 
 
 def groups_of(item_id: str) -> list[str]:

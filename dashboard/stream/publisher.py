@@ -7,8 +7,9 @@ dashboard app sets to `publisher.publish` and `publisher.publish_progress` at st
 The one send path. Every event reaches the groups the same way, whether this process committed
 it (`publish`, the after-commit hook) or the event pump read what another process committed
 (`publish_stored`, pump.py): offered once per id to the batching thread (batcher.py), rendered
-in batches (batches.py), and handed, in id order, to `send`. Progress reports (`publish_progress`)
-and overviews (live_state.OverviewPush) go through `send` too. `send` hands each message to the
+in batches (batches.py), and handed, in id order, to `send`. Progress reports (`publish_progress`),
+overviews (live_state.OverviewPush) and the wake-ups of a run's log followers (`publish_run_log`)
+go through `send` too. `send` hands each message to the
 layer's loop, where the messages of the process leave one at a time in the order they were
 handed over: a Redis layer's on the process's send loop (workcenter/send_loop.py), an in-memory
 layer's on the loop its consumers listen on (the loop on which they joined their group through
@@ -39,7 +40,8 @@ from workcenter.send_loop import DRAIN_SECONDS, send_loop
 from . import batches
 from .batcher import RENDER_BACKOFF, RENDER_BACKOFF_MAX, RENDER_BATCH, Batcher
 from .live_state import ItemStates, OverviewPush
-from .messages import ITEMS_GROUP, groups_of, item_group, progress_message, stream_overview, stream_progress
+from .messages import (ITEMS_GROUP, groups_of, item_group, progress_message, run_log_group, stream_overview,
+                       stream_progress, stream_run_log)
 from .probe import RedisGroupProbe, may_have_members
 
 logger = logging.getLogger("workcenter.events")
@@ -63,6 +65,7 @@ class Publisher:
         """Make this the store's after-commit publisher (events and progress)."""
         events.set_publisher(self.publish)
         events.set_progress_publisher(self.publish_progress)
+        events.set_run_log_publisher(self.publish_run_log)
 
     def layer(self):
         return get_channel_layer()
@@ -101,6 +104,17 @@ class Publisher:
                 self.send(layer, groups, stream_progress(progress_message(run)))
         except Exception:
             logger.exception("publishing progress of run %s failed", getattr(run, "pk", None))
+
+    def publish_run_log(self, run_id: str, next_seq: int) -> None:
+        """The after-commit hook of a log append: wake the run's followers, if any may listen (an
+        in-memory layer knows; on Redis the send to a group nobody joined costs one round trip)."""
+        try:
+            layer = self.layer()
+            groups = [run_log_group(run_id)]
+            if layer is not None and may_have_members(layer, groups):
+                self.send(layer, groups, stream_run_log(run_id, next_seq))
+        except Exception:
+            logger.exception("waking the log followers of run %s failed", run_id)
 
     def published_here(self, event_id: int) -> bool:
         """True when the event was offered to this process's send path already (the last 10,000)."""

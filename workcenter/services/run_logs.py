@@ -5,7 +5,8 @@ live lease (DOMAIN §6.1; `load_lease` locks the run's rows), and a failed fence
 The log's head (`RunLog`) numbers the chunks; its update is guarded by the number the append read
 (`RUN_LOG_AT_SEQ`). Past the per-run cap (`WORKCENTER_RUN_LOG_MAX_BYTES`) the oldest chunks are
 deleted in the same transaction and the head counts what went. A log is no event: it is not in
-the event stream and moves no status.
+the event stream and moves no status; after the commit its followers (the item pages that show
+the run, dashboard/stream/run_log_follow.py) are told it grew.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from django.conf import settings
 from .. import db
 from ..db.guards import RUN_LOG_AT_SEQ
 from ..errors import InvalidInput
+from ..events import publish_run_log_on_commit
 from ..models import RunLog, RunLogChunk
 from .common import load_lease, resolve_now, store_transaction
 from .runs import check_triple
@@ -79,6 +81,7 @@ def run_log_append(*, run_id: str, owner_boot_id: str, lease_epoch: int, chunks:
         db.update(RUN_LOG_AT_SEQ.row(run_id, first), values)
         for key, value in values.items():
             setattr(log, key, value)
+        publish_run_log_on_commit(run_id, log.next_seq)
         return log
 
 
