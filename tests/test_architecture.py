@@ -131,7 +131,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "workcenter.demo_login", "workcenter.work_dirs",
     )),
     # the worker program: it reaches the store over HTTP (or through local_store, which imports it)
-    ("worker", ("workcenter.worker", "workcenter.worker_journal", "workcenter.executors", "workcenter.executors.*")),
+    ("worker", ("workcenter.worker", "workcenter.worker_journal", "workcenter.worker_log", "workcenter.executors",
+                "workcenter.executors.*")),
     # the store's pure rules and shapes (see test_the_domain_touches_no_database)
     ("domain", ("workcenter.domain", "workcenter.domain.*")),
     ("models", ("workcenter.fields", "workcenter.models")),

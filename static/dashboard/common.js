@@ -274,8 +274,9 @@ export function showConnection(state, detail = "", label = "") {
  * an id was skipped.
  */
 export class LiveStream {
-  constructor(path, { onHello, onEvent, onProgress, onOverview, onState, gapCheck = false } = {}) {
+  constructor(path, { onHello, onEvent, onProgress, onOverview, onLog, onState, gapCheck = false } = {}) {
     this.path = path;
+    this.onLog = onLog || (() => {});
     this.onHello = onHello || (() => {});
     this.onOverview = onOverview || (() => {});
     this.onEvent = onEvent || (() => {});
@@ -382,10 +383,20 @@ export class LiveStream {
       if (this.state === "catching_up" && id >= this.catchUpTo) this.setState("live");
     } else if (msg.type === "progress") {
       this.onProgress(msg);
+    } else if (msg.type === "log") {
+      this.onLog(msg);
     } else if (msg.type === "overview" && msg.overview) {
       setInboxCount(msg.overview.waiting + msg.overview.needs_attention);
       this.onOverview(msg);
     }
+  }
+
+  /** Send `msg` to the server (a log follow); false when the socket is not open (the page sends
+   *  it again after the next hello). */
+  send(msg) {
+    if (!this.ws || this.ws.readyState !== WebSocket.OPEN) return false;
+    this.ws.send(JSON.stringify(msg));
+    return true;
   }
 
   /** Reconnect at once with ?after_id=<last seen id>. */

@@ -7,9 +7,12 @@ import {
 import { $, base, config, emit, graphView, on, refreshAll, refreshers, state } from "./item-core.js";
 import { stoppingWords } from "./graph.js";
 import { onTick, runsOfNode } from "./item-runs.js";
+import { logSection, logView } from "./item-log.js";
 
 // the run the timeline opened: its card stays marked across live re-renders until another opens
 let markedRun = null;
+// the run whose log the panel shows, when picked (a card's Log button, the timeline); else the newest
+let pickedLogRun = null;
 
 function section(title, ...content) {
   return h("section", { class: "panel-section" }, h("h3", {}, title), ...content);
@@ -92,7 +95,9 @@ function runCard(pushed, number, ownAction, attempt = null) {
     .filter(([, v]) => v).map(([k, v]) => `${formatCount(v)} ${k}`).join(" · ");
   return h("li", { class: `run attempt${run.id === markedRun ? " marked" : ""}`, dataset: { status, id: run.id } },
     h("div", { class: "run-head" }, h("span", { class: "run-number" }, `#${number}`), badge(status), durationEl(run),
-      h("span", { class: "mono muted run-id", title: run.id }, shortId(run.id))),
+      h("span", { class: "mono muted run-id", title: run.id }, shortId(run.id)),
+      h("button", { type: "button", class: "btn btn-small btn-quiet run-log-button", dataset: { run: run.id },
+        "aria-pressed": String(run.id === logView.runId) }, run.id === logView.runId ? "Log shown" : "Log")),
     h("dl", { class: "run-times" },
       h("dt", {}, "Started"), h("dd", {}, timeEl(run.started_at)),
       h("dt", {}, "Ended"), h("dd", {}, run.ended_at ? timeEl(run.ended_at) : h("span", { class: "muted" }, "still running"))),
@@ -220,7 +225,7 @@ function panelSignature(node, action) {
   const stage = graphView.stageOf(node.stage_id);
   const runs = runsOfNode(state.detail, node).map((r) => [r, runTexts.get(r.id)?.ended_at ?? null, !!runTexts.get(r.id)]);
   const d = state.detail;
-  return JSON.stringify([node, action, runs, markedRun, d.status, d.current_action_id === action.id, config.can_change,
+  return JSON.stringify([node, action, runs, markedRun, pickedLogRun, d.status, d.current_action_id === action.id, config.can_change,
     stage ? stage.attempts.map((a) => [a.key, a.status, a.cause, a.end, a.reason]) : null]);
 }
 let drawn = null; // the signature on screen
@@ -249,6 +254,7 @@ function renderPanel(node) {
   const content = [
     h("dl", { class: "facts" }, ...facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     (node.blocked_by || []).length ? section("Blocked by", h("ul", { class: "blocked-list" }, ...node.blocked_by.map((b) => h("li", {}, b)))) : null,
+    logSection(runs, pickedLogRun, runNumbers(node)),
     guidanceBox(action),
     section("Brief", h("dl", { class: "brief" },
       h("dt", {}, "Objective"), h("dd", {}, brief.objective || "—"),
@@ -263,6 +269,7 @@ function renderPanel(node) {
   const typed = document.getElementById("guidance-text")?.value;
   const open = [...body.querySelectorAll("details[open]")].map((el) => el.querySelector("summary")?.textContent);
   body.replaceChildren(...content.filter(Boolean));
+  logView.placed();
   if (typed) { const area = document.getElementById("guidance-text"); if (area) area.value = typed; }
   for (const el of body.querySelectorAll("details")) if (open.includes(el.querySelector("summary")?.textContent)) el.open = true;
 }
@@ -278,6 +285,8 @@ function closePanel() {
   state.panelOpen = false;
   drawn = null;
   markedRun = null;
+  pickedLogRun = null;
+  logView.stop(); // the page receives no log while the panel is closed
   $("panel").hidden = true;
   $("workspace").classList.remove("with-panel");
   $("graph").focus({ preventScroll: true });
@@ -285,9 +294,26 @@ function closePanel() {
 }
 
 $("panel-close").addEventListener("click", closePanel);
+// a run card's Log button shows that run's log
+$("panel-body").addEventListener("click", (e) => {
+  const button = e.target.closest(".run-log-button");
+  if (!button) return;
+  pickedLogRun = button.dataset.run;
+  renderPanel(graphView.selectedData());
+  logView.lines.focus({ preventScroll: true });
+});
+
+/** Each run of the stage by the number its card shows (attempts in order, 1 first). */
+function runNumbers(node) {
+  const stage = graphView.stageOf(node.stage_id);
+  const numbers = new Map();
+  (stage ? stage.attempts : []).forEach((at, i) => { if (at.run) numbers.set(at.run.id, i + 1); });
+  return numbers;
+}
 
 on("select", (node) => {
   if (markedRun && node && !runsOfNode(state.detail, node).some((r) => r.id === markedRun)) markedRun = null;
+  if (pickedLogRun && node && !runsOfNode(state.detail, node).some((r) => r.id === pickedLogRun)) pickedLogRun = null;
   if (state.panelOpen) renderPanel(node);
 });
 // the timeline opens a run: select its stage, open the panel and bring the run's card into view
@@ -297,6 +323,7 @@ on("open-run", (run) => {
   if (!node && action) node = (state.graph?.nodes || []).find((n) => n.stage_id === action.stage_id) || null;
   if (!node) return;
   markedRun = run.id;
+  pickedLogRun = run.id;
   graphView.select(graphView.keyOf(node), { open: true, scroll: !$("graph").hidden });
   if (!state.panelOpen) openPanel(node);
   const card = $("panel-body").querySelector(`li.run[data-id="${CSS.escape(run.id)}"]`);

@@ -5,6 +5,7 @@
 import { LiveStream, api, badge, coalesce, describeError, h, showError, startTicker } from "./common.js";
 import { $, base, emit, graphView, itemId, on, refreshers, state } from "./item-core.js";
 import { stageHistory } from "./item-stages.js";
+import { logView } from "./item-log.js";
 import "./item-head.js";
 import "./item-panel.js";
 import "./item-events.js";
@@ -319,6 +320,7 @@ const stream = new LiveStream(`/ws/work-items/${encodeURIComponent(itemId)}/`, {
     if (msg.state) applyState({ ...msg.state, graph: msg.graph });
     else if (msg.graph) { drawGraph(msg.graph); resync(null); } else resync(null); // too large to push
     if (!first) catchUpEvents();
+    logView.follow(); // a follow belongs to its socket: sent again on each one
   },
   onEvent: (msg) => {
     keepEvents([msg.event]);
@@ -329,7 +331,9 @@ const stream = new LiveStream(`/ws/work-items/${encodeURIComponent(itemId)}/`, {
     }
   },
   onProgress: (msg) => emit("progress", msg),
+  onLog: (msg) => logView.receive(msg),
 });
+logView.send = (msg) => stream.send(msg);
 
 // one clock for the page: graph nodes, header, panel, timeline and banner tick in the same task
 startTicker(() => { graphView.tick(); emit("tick"); });
