@@ -24,10 +24,11 @@ ONCE_MODULES = ("test_deploy.py",  # production settings and serving processes
                 "test_shell_executor.py")  # worker processes running commands: what a host allows
 
 
-# In parallel runs (pytest-xdist --dist loadgroup) the browser modules go to BROWSER_GROUPS test
-# processes, each module whole and each group in one process: a process starts one server and one
-# chromium for its group (tests/browser/conftest.py), not one per module it happens to get.
-BROWSER_GROUPS = 2
+# In parallel runs (pytest-xdist --dist loadgroup) the browser modules go to one group per test
+# process, each module whole and each group in one process: a process starts one server and one
+# chromium for its group (tests/browser/conftest.py), not one per module it happens to get; the
+# modules that name a Redis database of their own form one group each (they flush it).
+BROWSER_GROUPS = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
 
 def _names_a_redis_database(module) -> bool:
