@@ -1,5 +1,5 @@
-"""A run's log: the worker's append (POST /runs/{id}/log, a fenced worker call) and its reads
-(GET /runs/{id}/log by page, /runs/{id}/log.txt whole); with the answer of every worker call
+"""A run's log: the worker's append (POST /runs/{id}/log, a fenced worker call), its reads
+(GET /runs/{id}/log by page, /runs/{id}/log.txt whole) and the search across runs (GET /logs/search); with the answer of every worker call
 that its fence refused (`stale_run`, used by the worker routes of api.py too)."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from ninja import Query, Router
 from . import run_logs, selectors
 from .auth import RUN_ACTIONS, VIEW, api_auth
 from .errors import StaleRun
-from .schemas_in import PathId, RunLogIn, RunLogQuery
-from .schemas_out import ERRORS, ErrorOut, RunLogAppendOut, RunLogOut
+from .schemas_in import LogSearchQuery, PathId, RunLogIn, RunLogQuery
+from .schemas_out import ERRORS, ErrorOut, LogSearchOut, RunLogAppendOut, RunLogOut
 from .services import run_logs as run_log_services
 
 router = Router(tags=["run logs"])
@@ -56,3 +56,12 @@ def run_log_text(request, run_id: PathId):
     response = HttpResponse("".join(run_logs.run_log_text(run_id)), content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="run-{run_id[:40]}.log"'
     return response
+
+
+@router.get("/logs/search", response={200: LogSearchOut, **ERRORS}, auth=api_auth(VIEW))
+def log_search(request, query: Query[LogSearchQuery]):
+    """The runs whose logs hold a text (case-insensitive), newest match first: each with its item,
+    stage and the matching lines with the lines around them; filtered like the list (status,
+    workflow) and by when the text was printed."""
+    return run_logs.search(query.q, statuses=selectors.parse_statuses(query.status), workflow=query.workflow,
+                           since=query.since, until=query.until, limit=query.limit)

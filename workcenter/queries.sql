@@ -213,3 +213,10 @@ SELECT {cols:WebhookDelivery}
 FROM {table:WebhookDelivery} d
 WHERE d."webhook_id" = %s AND d."status" = 'pending' AND d."event_id" > %s AND d."event_id" <= %s
 ORDER BY d."event_id" LIMIT %s
+
+-- name: run_log_match
+-- The ids of the log chunks whose text holds a string, case-insensitive, through the search index of migration 0010: PostgreSQL ILIKE (the parameter a LIKE pattern, %text%) over the trigram index wc_runlogchunk_trgm; SQLite a phrase (the parameter a quoted FTS5 phrase) of the trigram FTS5 table wc_runlogchunk_fts. A subquery of log search (run_logs.search). Locks: nothing.
+-- postgresql:
+SELECT "id" FROM {table:RunLogChunk} WHERE "text" ILIKE %s
+-- sqlite:
+SELECT rowid FROM "wc_runlogchunk_fts" WHERE "wc_runlogchunk_fts" MATCH %s

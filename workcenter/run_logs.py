@@ -1,12 +1,18 @@
 """Reading a run's log (services/run_logs.py writes it): a page of chunks after a number (following
 the log as it grows), before one (older output, read on scrolling up), or its end (where a
-finished run's log opens); and the whole log as text (the download)."""
+finished run's log opens); the whole log as text (the download); and the search across runs
+(`search`: which runs printed a text, with the lines around each match)."""
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Iterator
 
-from .errors import NotFound
-from .models import Run, RunLog, RunLogChunk
+from django.db import connection
+from django.db.models.expressions import RawSQL
+
+from . import db
+from .errors import InvalidInput, NotFound
+from .models import Action, Run, RunLog, RunLogChunk
 
 PAGE = 200
 MAX_PAGE = 1000
@@ -54,3 +60,82 @@ def run_log_text(run_id: str) -> Iterator[str]:
                f"the log keeps its last {head.kept_bytes} bytes]\n")
     for text in RunLogChunk.objects.filter(run_id=run_id).order_by("seq").values_list("text", flat=True).iterator():
         yield text
+
+
+# --- search ---------------------------------------------------------------------------------------
+
+SEARCH_MIN, SEARCH_MAX = 3, 200  # characters of a search (the trigram indexes need three)
+SEARCH_RUNS = 20  # runs in an answer, by default
+SEARCH_CHUNKS_PER_RUN = 5  # chunks read per run answered, at most: their matching lines are shown
+MATCHES_PER_RUN = 5
+NEIGHBOURS = 2  # lines shown before and after a matching line
+LINE_CHARS = 500  # a line shown is cut here
+
+
+def _match_param(q: str) -> str:
+    """The parameter of `run_log_match`: a LIKE pattern (PostgreSQL) or an FTS5 phrase (SQLite)."""
+    if connection.vendor == "postgresql":
+        return "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    return '"' + q.replace('"', '""') + '"'
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= LINE_CHARS else line[:LINE_CHARS - 1] + "…"
+
+
+def _matches(chunk, q: str) -> list[dict]:
+    """The lines of a chunk that hold `q` (case-insensitive), each with its neighbours in the chunk."""
+    lines = chunk.text.splitlines()
+    folded = q.casefold()
+    out = []
+    for i, line in enumerate(lines):
+        if folded in line.casefold():
+            out.append({"seq": chunk.seq, "stream": chunk.stream, "at": chunk.at, "line": _cut(line),
+                        "before": [_cut(x) for x in lines[max(0, i - NEIGHBOURS):i]],
+                        "after": [_cut(x) for x in lines[i + 1:i + 1 + NEIGHBOURS]]})
+    if not out:  # the text spans a line break ("a\nb" for "a b" never matches): the chunk's start
+        out.append({"seq": chunk.seq, "stream": chunk.stream, "at": chunk.at, "line": _cut(lines[0] if lines else ""),
+                    "before": [], "after": [_cut(x) for x in lines[1:1 + NEIGHBOURS]]})
+    return out
+
+
+def search(q: str, *, statuses: list[str] | None = None, workflow: str | None = None,
+           since: datetime | None = None, until: datetime | None = None, limit: int = SEARCH_RUNS) -> dict:
+    """The runs whose logs hold `q` (case-insensitive), newest match first, filtered like the list
+    (the item's status and workflow) and by when the text was printed: each with its item, stage
+    and the matching lines with their neighbours. One indexed read finds the chunks (the trigram
+    index of either database, `run_log_match`), two more their runs' items and actions."""
+    q = q.strip() if isinstance(q, str) else ""
+    if not SEARCH_MIN <= len(q) <= SEARCH_MAX:
+        raise InvalidInput(f"q must be {SEARCH_MIN} to {SEARCH_MAX} characters", fields=["q"])
+    chunks = RunLogChunk.objects.filter(id__in=RawSQL(db.sql("run_log_match"), [_match_param(q)]))
+    if statuses:
+        chunks = chunks.filter(run__work_item__status__in=statuses)
+    if workflow:
+        chunks = chunks.filter(run__work_item__workflow_template=workflow)
+    if since is not None:
+        chunks = chunks.filter(at__gte=since)
+    if until is not None:
+        chunks = chunks.filter(at__lt=until)
+    wanted = limit * SEARCH_CHUNKS_PER_RUN
+    found = list(chunks.select_related("run", "run__work_item").order_by("-id")[:wanted + 1])
+    truncated = len(found) > wanted
+    runs: dict[str, dict] = {}
+    for chunk in found[:wanted]:
+        entry = runs.get(chunk.run_id)
+        if entry is None:
+            if len(runs) == limit:
+                truncated = True
+                continue
+            run, item = chunk.run, chunk.run.work_item
+            entry = runs[chunk.run_id] = {
+                "run_id": run.pk, "run_status": run.status, "started_at": run.started_at, "action_id": run.action_id,
+                "stage_id": None, "work_item": {"id": item.pk, "title": item.title, "status": item.status},
+                "matches": []}
+        if len(entry["matches"]) < MATCHES_PER_RUN:
+            entry["matches"].extend(_matches(chunk, q)[:MATCHES_PER_RUN - len(entry["matches"])])
+    stages = {a.pk: a.effective_stage_id for a in Action.objects.filter(pk__in={e["action_id"] for e in runs.values()})}
+    for entry in runs.values():
+        entry["stage_id"] = stages.get(entry["action_id"])
+        entry["matches"].sort(key=lambda m: m["seq"])
+    return {"q": q, "runs": list(runs.values()), "truncated": truncated}

@@ -11,6 +11,8 @@ workcenter.schemas_out.
 """
 from __future__ import annotations
 
+import re
+
 from typing import Annotated, Any, Literal, Optional, Union
 
 from ninja import Field, Schema
@@ -293,6 +295,30 @@ class EventsQuery(Schema):
     limit: int = Field(200, ge=1, le=1000)
 
 
+_ISO_TIME = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}")
+
+
+def _iso_time(value: Any) -> Any:
+    """A time is ISO 8601 text (the lax mode of a datetime would also take a number of seconds)."""
+    if not isinstance(value, str) or not _ISO_TIME.match(value):
+        raise ValueError("must be an ISO 8601 time with its zone, e.g. 2026-12-07T10:00:00Z")
+    return value
+
+
+IsoTime = Annotated[AwareDatetime, BeforeValidator(_iso_time)]
+
+
+class LogSearchQuery(Schema):
+    q: Annotated[str, Strict(), Field(min_length=3, max_length=200, pattern=NO_NUL_PATTERN)] = Field(
+        ..., description="the text to find in the runs' logs, case-insensitive, 3 to 200 characters")
+    status: Optional[StatusList] = Field(None, description="only runs of items in this status (or these)")
+    workflow: Optional[Annotated[str, Strict(), Field(min_length=1, max_length=200, pattern=NO_NUL_PATTERN)]] = Field(
+        None, description="only runs of items of this workflow (its id, as in workflow_template)")
+    since: Optional[IsoTime] = Field(None, description="only text printed at or after this time")
+    until: Optional[IsoTime] = Field(None, description="only text printed before this time")
+    limit: int = Field(20, ge=1, le=100, description="runs in the answer, newest match first")
+
+
 class RunLogQuery(Schema):
     after: Optional[int] = Field(None, ge=0, le=MAX_INT32, description="the chunks numbered above this (following "
                                                                         "the log as it grows)")
@@ -371,7 +397,7 @@ class LogChunkIn(InputSchema):
                                                           "stdout or stderr, or the worker's own lines")
     text: Annotated[str, Strict(), Field(min_length=1, max_length=65_536, pattern=NO_NUL_PATTERN)] = Field(
         description="the text as printed (several lines, or part of a long one), at most 65,536 characters")
-    at: Optional[AwareDatetime] = Field(None, description="when it was printed (the worker's clock); "
+    at: Optional[IsoTime] = Field(None, description="when it was printed (the worker's clock); "
                                                           "default: when the server stores it")
 
 

@@ -594,3 +594,34 @@ class RunLogOut(RunLogAppendOut):
     run_status: str
     chunks: list[LogChunkOut]
     older: bool = Field(..., description="older chunks are kept: read them with before = the first chunk's seq")
+
+
+class LogMatchOut(Schema):
+    seq: int = Field(..., description="the chunk that holds the line (read it with GET /runs/{id}/log?after=seq-1)")
+    stream: str
+    at: Timestamp
+    line: str = Field(..., description="the matching line (cut at 500 characters)")
+    before: list[str] = Field(..., description="the lines before it in its chunk, at most two")
+    after: list[str] = Field(..., description="the lines after it in its chunk, at most two")
+
+
+class LogSearchItemOut(Schema):
+    id: str
+    title: str
+    status: str
+
+
+class LogSearchRunOut(Schema):
+    run_id: str
+    run_status: str
+    started_at: Timestamp
+    action_id: str
+    stage_id: Optional[str]
+    work_item: LogSearchItemOut
+    matches: list[LogMatchOut]
+
+
+class LogSearchOut(Schema):
+    q: str
+    runs: list[LogSearchRunOut] = Field(..., description="newest match first")
+    truncated: bool = Field(..., description="more runs or matches hold the text than the answer shows")

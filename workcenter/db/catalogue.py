@@ -16,7 +16,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 
 from ..constants import COUNTER_FIELDS
-from ..models import Action, ApiToken, Event, Run, Webhook, WebhookDelivery, WorkItem
+from ..models import Action, ApiToken, Event, Run, RunLogChunk, Webhook, WebhookDelivery, WorkItem
 from .rows import row_specs
 
 QUERIES_FILE = Path(__file__).resolve().parent.parent / "queries.sql"
@@ -70,7 +70,7 @@ def _models() -> dict:
     User = get_user_model()
     return {
         "WorkItem": WorkItem, "Action": Action, "Run": Run, "Event": Event, "ApiToken": ApiToken, "User": User,
-        "Webhook": Webhook, "WebhookDelivery": WebhookDelivery,
+        "Webhook": Webhook, "WebhookDelivery": WebhookDelivery, "RunLogChunk": RunLogChunk,
         "Permission": Permission, "ContentType": ContentType,
         "UserPermissions": User._meta.get_field("user_permissions").remote_field.through,
         "UserGroups": User._meta.get_field("groups").remote_field.through,
