@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ STALE_INTERVALS = 3  # a check older than this many intervals (plus the probe's 
 FIRST_CHECK_WAIT = 1.0  # seconds a process's first /healthz waits for its first probe
 PACE_PER_SECOND = 50  # /healthz answers per second per process before callers wait their turn
 PACE_MAX_WAIT = 0.5  # seconds a caller waits at most for its turn
+CLIENT_NAME = f"workcenter-health-{os.getpid()}"  # the probe's connection in Redis's CLIENT LIST
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,7 @@ class HealthProbe:
             pool = redis.ConnectionPool.from_url(redis_host(url)["address"], max_connections=1)
             # set after parsing, so a timeout in the URL (meant for the channel layer) does not apply
             pool.connection_kwargs.update(socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT,
-                                          retry=Retry(NoBackoff(), 0))
+                                          retry=Retry(NoBackoff(), 0), client_name=CLIENT_NAME)
             self.client, self.client_url = redis.Redis(connection_pool=pool), url
         return self.client
 

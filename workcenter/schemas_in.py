@@ -12,7 +12,6 @@ workcenter.schemas_out.
 from __future__ import annotations
 
 import re
-
 from typing import Annotated, Any, Literal, Optional, Union
 
 from ninja import Field, Schema
