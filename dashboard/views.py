@@ -100,6 +100,14 @@ def workers_page(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @permission_required(VIEW, raise_exception=True)
+def logs_page(request: HttpRequest) -> HttpResponse:
+    """Search every run's log (GET /api/v1/logs/search): the runs that printed a text, with the
+    lines around each match, each opening its item's page at that run's log."""
+    return render(request, "dashboard/logs.html", {"config": _page_config(request)})
+
+
+@login_required
+@permission_required(VIEW, raise_exception=True)
 def inbox_page(request: HttpRequest) -> HttpResponse:
     """Every waiting stage and every item that needs attention (GET /api/v1/inbox), live; a
     person who may change work items answers, retries and cancels in place, and may ask for

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Iterator
 
 from django.db import connection
+from django.db.models import Q
 from django.db.models.expressions import RawSQL
 
 from . import db
@@ -68,7 +69,7 @@ SEARCH_MIN, SEARCH_MAX = 3, 200  # characters of a search (the trigram indexes n
 SEARCH_RUNS = 20  # runs in an answer, by default
 SEARCH_CHUNKS_PER_RUN = 5  # chunks read per run answered, at most: their matching lines are shown
 MATCHES_PER_RUN = 5
-NEIGHBOURS = 2  # lines shown before and after a matching line
+NEIGHBOURS = 2  # lines shown before and after a matching line (from the chunks around it too)
 LINE_CHARS = 500  # a line shown is cut here
 
 
@@ -83,20 +84,35 @@ def _cut(line: str) -> str:
     return line if len(line) <= LINE_CHARS else line[:LINE_CHARS - 1] + "…"
 
 
-def _matches(chunk, q: str) -> list[dict]:
-    """The lines of a chunk that hold `q` (case-insensitive), each with its neighbours in the chunk."""
-    lines = chunk.text.splitlines()
+def _matches(chunk, q: str, previous: str = "", following: str = "") -> list[dict]:
+    """The lines of a chunk that hold `q` (case-insensitive), each with its neighbours: the lines
+    around it, in the chunk or the run's chunks just before and after it (`previous`, `following`)."""
+    before_lines, own, after_lines = previous.splitlines(), chunk.text.splitlines(), following.splitlines()
+    lines = before_lines + own + after_lines
     folded = q.casefold()
     out = []
-    for i, line in enumerate(lines):
-        if folded in line.casefold():
-            out.append({"seq": chunk.seq, "stream": chunk.stream, "at": chunk.at, "line": _cut(line),
+    for i in range(len(before_lines), len(before_lines) + len(own)):
+        if folded in lines[i].casefold():
+            out.append({"seq": chunk.seq, "stream": chunk.stream, "at": chunk.at, "line": _cut(lines[i]),
                         "before": [_cut(x) for x in lines[max(0, i - NEIGHBOURS):i]],
                         "after": [_cut(x) for x in lines[i + 1:i + 1 + NEIGHBOURS]]})
-    if not out:  # the text spans a line break ("a\nb" for "a b" never matches): the chunk's start
-        out.append({"seq": chunk.seq, "stream": chunk.stream, "at": chunk.at, "line": _cut(lines[0] if lines else ""),
-                    "before": [], "after": [_cut(x) for x in lines[1:1 + NEIGHBOURS]]})
+    if not out:  # the text spans a line break (never within one line): the chunk's first line
+        i = len(before_lines)
+        out.append({"seq": chunk.seq, "stream": chunk.stream, "at": chunk.at, "line": _cut(own[0] if own else ""),
+                    "before": [_cut(x) for x in lines[max(0, i - NEIGHBOURS):i]],
+                    "after": [_cut(x) for x in lines[i + 1:i + 1 + NEIGHBOURS]]})
     return out
+
+
+def _neighbour_texts(chunks) -> dict[tuple[str, int], str]:
+    """The texts of the chunks just before and after each of `chunks` in its run: one read."""
+    pairs = {(c.run_id, c.seq + d) for c in chunks for d in (-1, 1)} - {(c.run_id, c.seq) for c in chunks}
+    if not pairs:
+        return {}
+    where = Q()
+    for run_id, seq in pairs:
+        where |= Q(run_id=run_id, seq=seq)
+    return {(r, n): t for r, n, t in RunLogChunk.objects.filter(where).values_list("run_id", "seq", "text")}
 
 
 def search(q: str, *, statuses: list[str] | None = None, workflow: str | None = None,
@@ -121,7 +137,10 @@ def search(q: str, *, statuses: list[str] | None = None, workflow: str | None = 
     found = list(chunks.select_related("run", "run__work_item").order_by("-id")[:wanted + 1])
     truncated = len(found) > wanted
     runs: dict[str, dict] = {}
-    for chunk in found[:wanted]:
+    shown = found[:wanted]
+    texts = {(c.run_id, c.seq): c.text for c in shown}
+    texts.update(_neighbour_texts(shown))
+    for chunk in shown:
         entry = runs.get(chunk.run_id)
         if entry is None:
             if len(runs) == limit:
@@ -133,7 +152,8 @@ def search(q: str, *, statuses: list[str] | None = None, workflow: str | None = 
                 "stage_id": None, "work_item": {"id": item.pk, "title": item.title, "status": item.status},
                 "matches": []}
         if len(entry["matches"]) < MATCHES_PER_RUN:
-            entry["matches"].extend(_matches(chunk, q)[:MATCHES_PER_RUN - len(entry["matches"])])
+            around = texts.get((chunk.run_id, chunk.seq - 1), ""), texts.get((chunk.run_id, chunk.seq + 1), "")
+            entry["matches"].extend(_matches(chunk, q, *around)[:MATCHES_PER_RUN - len(entry["matches"])])
     stages = {a.pk: a.effective_stage_id for a in Action.objects.filter(pk__in={e["action_id"] for e in runs.values()})}
     for entry in runs.values():
         entry["stage_id"] = stages.get(entry["action_id"])

@@ -49,11 +49,19 @@ class LogView {
     this.loadingOlder = false;
     this.live = false;
     this.sticky = true; // the view follows new lines until the reader scrolls up
+    this.deepLink = this.deepLink || null;
     this.hits = [];
     this.hit = -1;
     this.dropped = 0;
     this.received = false;
     this.scrollTop = 0;
+    this.startAfter = null; // a deep link's first chunk, less one: the follow starts there
+  }
+
+  /** Open `runId`'s log at chunk `seq` with `text` in the find box, when the panel next shows it
+   *  (a link from the Logs page: #run=<id>&seq=<n>&find=<text>). */
+  openAt(runId, seq, text) {
+    this.deepLink = { runId, seq: Number(seq) || 0, text: text || "" };
   }
 
   /** Show `runId`'s log (the run number for its label); the same run again changes nothing. */
@@ -62,6 +70,12 @@ class LogView {
     if (runId === this.runId) return;
     this.runId = runId;
     this.reset();
+    const link = this.deepLink && this.deepLink.runId === runId ? this.deepLink : null;
+    if (link) {
+      this.startAfter = link.seq > 1 ? link.seq - 1 : null;
+      this.findBox.value = link.text;
+      this.sticky = false;
+    }
     this.download.href = `/api/v1/runs/${encodeURIComponent(runId)}/log.txt`;
     this.setStatus("Loading…");
     this.note.hidden = true;
@@ -73,6 +87,7 @@ class LogView {
     if (!this.runId) return;
     const msg = { type: "log.follow", run_id: this.runId };
     if (this.received && this.lastSeq) msg.after_seq = this.lastSeq;
+    else if (this.startAfter !== null) msg.after_seq = this.startAfter;
     this.send(msg);
   }
 
@@ -98,6 +113,10 @@ class LogView {
       this.firstSeq = chunks.length ? chunks[0].seq : msg.next_seq;
     }
     this.append(chunks);
+    if (this.deepLink && this.deepLink.runId === this.runId) {
+      this.deepLink = null;
+      if (this.findBox.value) this.find(1); else this.lines.scrollTop = 0;
+    }
     this.live = !!msg.live;
     this.dropped = msg.dropped_bytes || 0;
     this.describe();

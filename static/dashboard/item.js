@@ -337,4 +337,13 @@ logView.send = (msg) => stream.send(msg);
 
 // one clock for the page: graph nodes, header, panel, timeline and banner tick in the same task
 startTicker(() => { graphView.tick(); emit("tick"); });
-Promise.all([loadGraph(), loadDetail()]).then(() => stream.start());
+// #run=<id>&seq=<n>&find=<text> (a link from the Logs page): that run's log, open at the match
+function openFromHash() {
+  const link = new URLSearchParams(location.hash.slice(1));
+  const run = link.get("run") && state.detail && state.detail.runs.find((r) => r.id === link.get("run"));
+  if (!run) return;
+  logView.openAt(run.id, link.get("seq"), link.get("find"));
+  emit("open-run", run);
+}
+
+Promise.all([loadGraph(), loadDetail()]).then(() => { openFromHash(); stream.start(); });

@@ -45,7 +45,7 @@ def test_search_finds_the_run_that_printed_a_text_with_the_lines_around_it(api, 
     (match,) = run["matches"]
     assert match["seq"] == 2 and match["stream"] == "stderr"
     assert match["line"] == "E   ModuleNotFoundError: No module named 'yaml'"
-    assert match["before"] == ["tests/test_io.py F"] and match["after"] == ["  at tests/test_io.py:3", "  in import"]
+    assert match["before"] == ["collected 12 items", "tests/test_io.py F"] and match["after"] == ["  at tests/test_io.py:3", "  in import"]
     # a text in both runs' logs: both, newest match first
     append(api, build, "collected 3 items\n")
     assert [r["run_id"] for r in search(api, q="collected")["runs"]] == [build["run"]["id"], tests["run"]["id"]]
@@ -108,4 +108,4 @@ def test_one_line_among_a_thousand_runs_logs_is_found(api):
     assert [r["run_id"] for r in out["runs"]] == [needle_run.pk]
     (match,) = out["runs"][0]["matches"]
     assert match["seq"] == 13 and match["line"] == "KeyError: 'frobnicate-42'"
-    assert match["before"] == ["step 0: ok", "Traceback (most recent call last):"]
+    assert match["before"] == ["step 0: ok", "Traceback (most recent call last):"] and match["after"] == ["step 3: ok", "step 0: compiled module_0.py in 0.0s"]
