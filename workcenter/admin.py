@@ -29,12 +29,14 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from . import clock, services
+from . import clock, run_logs, services
 from .auth import CHANGE
 from .errors import WorkcenterError
 from .models import Action, ActionStatus, Event, Run, RunStatus, WorkItem, WorkspaceMode
 from .admin_parts import ViewOnly, change_link, changelist_link, clip, short, status_badge, when, when_short
 from .services.repairs import MAX_ATTEMPTS_LIMIT, MAX_REASON
+
+LOG_TAIL_CHUNKS = 100  # chunks of a run's log its admin page shows (the rest: the download)
 
 
 def pretty_json(value):
@@ -497,7 +499,22 @@ class RunAdmin(ReadOnlyAdmin):
     ordering = ("-started_at",)
     repairs = ("release_runs",)
     exclude = ("evidence", "checkpoint", "acceptance_checks", "contract_patch")
-    readonly_fields = ("related", "evidence_view", "acceptance_checks_view", "checkpoint_view", "contract_patch_view")
+    readonly_fields = ("related", "log_view", "evidence_view", "acceptance_checks_view", "checkpoint_view",
+                       "contract_patch_view")
+
+    @admin.display(description="log")
+    def log_view(self, obj):
+        """The end of the run's log (its last LOG_TAIL_CHUNKS chunks), what it kept and dropped, and
+        the whole log as a download; the item's page follows it live."""
+        page = run_logs.run_log_page(obj.pk, limit=LOG_TAIL_CHUNKS)
+        if not page["chunks"]:
+            return "no log"
+        text = "".join(c["text"] for c in page["chunks"])
+        kept = f"{page['kept_bytes']:,} bytes kept" + (
+            f", {page['dropped_bytes']:,} of the oldest dropped" if page["dropped_bytes"] else "")
+        return format_html('<p>{} · {}<a href="/api/v1/runs/{}/log.txt">download the whole log</a></p>'
+                           '<pre class="wc-log">{}</pre>', kept,
+                           "the last chunks below · " if page["older"] else "", obj.pk, text)
 
     @admin.display(description="work item", ordering="work_item__title")
     def item(self, obj):

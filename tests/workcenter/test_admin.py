@@ -6,6 +6,7 @@ from django.urls import reverse
 from tests.conftest import make_graph
 from workcenter import clock as workcenter_clock
 from workcenter.models import Action, Event, Run, WorkItem
+from workcenter.services.run_logs import run_log_append
 
 
 def _url(model, view="changelist", *args):
@@ -447,3 +448,16 @@ def test_action_confirmation_names_the_live_run_or_says_there_is_none(admin_clie
     assert 'title="boot-expired-0123456789">boot-exp</span>' in html
     assert "1 min 10 s ago" in html and "expired 10 s ago" in html
     assert "no live run" in html  # the failed action holds none
+
+
+def test_a_runs_page_shows_the_end_of_its_log_and_links_the_whole(admin_client, store, data):
+    # given a running run that printed a line and a tag, and a run that printed nothing
+    lc = data["linear_claim"]
+    run_log_append(run_id=lc.run.pk, owner_boot_id=lc.run.owner_boot_id, lease_epoch=lc.run.lease_epoch,
+                   chunks=[{"stream": "stdout", "text": "compiling <main.c>\n"}], now=store.now())
+    # then its admin page shows the text (escaped) and the download; the other says it has none
+    html = admin_client.get(_url("run", "change", lc.run.pk)).content.decode()
+    assert "compiling &lt;main.c&gt;" in html and f"/api/v1/runs/{lc.run.pk}/log.txt" in html
+    assert "19 bytes kept" in html
+    html = admin_client.get(_url("run", "change", data["graph_claim"].run.pk)).content.decode()
+    assert "no log" in html
