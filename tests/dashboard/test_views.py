@@ -148,3 +148,14 @@ def test_list_api_rows_name_the_workspace_the_list_page_shows(store, tmp_path):
     assert rows["With dir"]["work_dir"] == str(tmp_path)
     assert rows["With dir"]["workspace_key"] == str(tmp_path.resolve())
     assert rows["Without dir"]["work_dir"] == "" and rows["Without dir"]["workspace_key"] == ""
+
+
+def test_logs_page_needs_sign_in_and_the_view_permission_and_is_in_the_navigation():
+    assert Client().get("/logs/")["Location"] == "/accounts/login/?next=/logs/"
+    assert _client(_user("nobody")).get("/logs/").status_code == 403
+    r = _client(_user("viewer", "view_workitem")).get("/logs/")
+    assert r.status_code == 200
+    body = r.content.decode()
+    assert 'id="log-search"' in body and 'src="/static/dashboard/logs.js"' in body
+    assert '<a href="/logs/" aria-current="page">Logs</a>' in body
+    assert '<a href="/logs/" >Logs</a>' in _client(_user("other", "view_workitem")).get("/").content.decode()
