@@ -12,6 +12,7 @@ workcenter.schemas_out.
 from __future__ import annotations
 
 import re
+from datetime import timezone
 from typing import Annotated, Any, Literal, Optional, Union
 
 from ninja import Field, Schema
@@ -304,7 +305,15 @@ def _iso_time(value: Any) -> Any:
     return value
 
 
-IsoTime = Annotated[AwareDatetime, BeforeValidator(_iso_time)]
+def _in_utc(value):
+    """In UTC, as stored: PostgreSQL refuses an offset past ±15:59, which ISO 8601 text may carry."""
+    try:
+        return value.astimezone(timezone.utc)
+    except (OverflowError, ValueError):
+        raise ValueError("is out of range") from None
+
+
+IsoTime = Annotated[AwareDatetime, BeforeValidator(_iso_time), AfterValidator(_in_utc)]
 
 
 class LogSearchQuery(Schema):

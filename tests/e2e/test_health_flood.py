@@ -27,6 +27,7 @@ import pytest
 import redis
 from django.contrib.auth.models import Permission, User
 
+from tests.load import LoadWatch
 from tests.live import free_port, start_daphne, stop_process, wait_until
 from workcenter.auth import api_token_create
 
@@ -128,7 +129,8 @@ def test_a_healthz_flood_while_redis_hangs_leaves_the_api_fast_and_redis_connect
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             flood_started = time.monotonic()
             time.sleep(1.0)  # the flood at full speed
-            during = _api_p50(port, token, within=FLOOD_SECONDS)  # all of it inside the flood
+            with LoadWatch() as load:  # the machine's load meanwhile (other tests' included) scales the bound
+                during = _api_p50(port, token, within=FLOOD_SECONDS)  # all of it inside the flood
             time.sleep(max(0.0, flood_started + FLOOD_SECONDS - time.monotonic()))
             out, _ = flood.communicate("", timeout=60)
             flood_seconds = time.monotonic() - flood_started
@@ -144,8 +146,9 @@ def test_a_healthz_flood_while_redis_hangs_leaves_the_api_fast_and_redis_connect
               f"/healthz flood {calls} calls {result['statuses']}, slowest {result['slowest'] * 1000:.0f} ms, "
               f"{result['n_errors']} errors; Redis connections opened meanwhile: {opened}")
 
-        # then the API stays fast
-        assert during <= max(2 * normal, normal + 0.020), (normal, during)
+        # then the API stays fast: near its normal p50 (a hang of the probe's would make it wait seconds)
+        bound = max(2 * normal, normal + 0.020)
+        assert during <= load.within(bound, cap=4 * bound), (normal, during, load.factor)
         # and every /healthz was answered, fast, with the status alone (200 or 503)
         assert result["n_errors"] == 0, result["errors"]
         assert set(result["statuses"]) <= {"200", "503"}, result

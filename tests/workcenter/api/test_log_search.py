@@ -66,6 +66,8 @@ def test_search_takes_the_list_filters_and_its_text_literally(api):
     api.post(f"/work-items/{second['work_item']['id']}/cancel")
     assert [r["work_item"]["id"] for r in search(api, q="100", status="cancelled")["runs"]] == [second["work_item"]["id"]]
     assert [r["work_item"]["id"] for r in search(api, q="100", workflow="research")["runs"]] == [first["work_item"]["id"]]
+    # a time with an offset PostgreSQL would refuse is taken in UTC
+    assert len(search(api, q="100", since="0986-01-30T03:20:32+21:03")["runs"]) == 2
     later = (timezone.now() + timedelta(minutes=5)).isoformat()
     assert search(api, q="100", since=later)["runs"] == []
     assert len(search(api, q="100", until=later)["runs"]) == 2
@@ -74,7 +76,9 @@ def test_search_takes_the_list_filters_and_its_text_literally(api):
 @pytest.mark.parametrize("params, field", [({"q": "ab"}, "q"), ({"q": "x" * 201}, "q"), ({}, "q"),
                                            ({"q": "abc", "status": "nope"}, "status"),
                                            ({"q": "abc", "limit": 0}, "limit"),
-                                           ({"q": "abc", "since": "yesterday"}, "since")])
+                                           ({"q": "abc", "since": "yesterday"}, "since"),
+                                           ({"q": "abc", "since": "1700000000"}, "since"),
+                                           ({"q": "abc", "until": "0001-01-01T00:00:00+05:00"}, "until")])
 def test_a_bad_search_is_refused_with_the_error_body(api, params, field):
     out = search(api, expect=422, **params)
     assert out["code"] == "invalid_input" and field in out["message"], out
