@@ -459,8 +459,10 @@ class Chaos:
         return server
 
     # ---- people and admins
-    def create_item(self, n: int) -> None:
-        kind = KINDS[n % len(KINDS)] if n < len(KINDS) else self.rng.choice(KINDS)
+    def create_item(self, n: int, rng: random.Random | None = None) -> None:
+        """Create item `n` over HTTP; one that failed waits in `pending_creates` to be made again."""
+        rng = rng or self.rng
+        kind = KINDS[n % len(KINDS)] if n < len(KINDS) else rng.choice(KINDS)
         title = f"chaos item {n} ({kind})"
         if n % 25 == 7:
             title += " [sim:waiting]"
@@ -468,15 +470,33 @@ class Chaos:
             title += " [sim:fail]"
         body = {"title": title, "goal": f"Exercise the store under faults ({kind})",
                 "acceptance_criteria": ["it works", "nothing is lost"], "work_item_type": kind}
-        if self.rng.random() >= NO_WORKSPACE_SHARE:
-            body["work_dir"] = self.rng.choice(self.workdirs)
+        if rng.random() >= NO_WORKSPACE_SHARE:
+            body["work_dir"] = rng.choice(self.workdirs)
         status, payload = self.api.call("POST", "/work-items", body)
         if status == 201:
             self.item_ids.append(payload["id"])
             self.count("created")
         else:
             self.count(f"create_{status}")
-            self.pending_creates.append(n)
+            with self.lock:
+                self.pending_creates.append(n)
+
+    def creator(self, create_at: list[float], stop: threading.Event) -> None:
+        """Create the items at their times, on a thread of its own: a create that waits on a stalled
+        server never delays a fault. What it has not made when `stop` is set waits in `unmade`."""
+        rng = random.Random(self.args.seed * 7919)
+        n = 0
+        while not stop.is_set():
+            now = time.monotonic()
+            while n < len(create_at) and create_at[n] <= now and not stop.is_set():
+                self.create_item(n, rng)
+                n += 1
+            with self.lock:
+                retry = self.pending_creates.pop(0) if self.pending_creates and rng.random() < 0.3 else None
+            if retry is not None:
+                self.create_item(retry, rng)
+            stop.wait(0.05)
+        self.unmade = list(range(n, len(create_at)))
 
     @staticmethod
     def _pick(rng: random.Random, qs):
@@ -695,7 +715,7 @@ class Chaos:
         end = t0 + args.seconds
         create_span = max(1.0, args.seconds / 3)
         create_at = [t0 + create_span * i / n_items for i in range(n_items)]
-        next_create = 0
+        self.unmade: list[int] = []
         kill_every = max(2.0, min(6.0, args.seconds / 12))
         next_kill = t0 + self.rng.uniform(1.5, kill_every)
         server_kill_at: float | None = t0 + self.rng.uniform(0.35, 0.55) * args.seconds
@@ -708,6 +728,7 @@ class Chaos:
         stop = threading.Event()
         threads = [threading.Thread(target=self.people, args=(args.seed * 1000 + i, stop), daemon=True,
                                     name=f"people-{i}") for i in range(2)]
+        threads.append(threading.Thread(target=self.creator, args=(create_at, stop), daemon=True, name="creator"))
         for t in threads:
             t.start()
         try:
@@ -715,11 +736,6 @@ class Chaos:
                 now = time.monotonic()
                 if now >= end:
                     break
-                while next_create < n_items and create_at[next_create] <= now:
-                    self.create_item(next_create)
-                    next_create += 1
-                if self.pending_creates and self.rng.random() < 0.3:
-                    self.create_item(self.pending_creates.pop(0))
                 if now >= next_kill:
                     self.kill_worker()
                     next_kill = now + self.rng.uniform(0.5, 1.5) * kill_every
@@ -756,7 +772,7 @@ class Chaos:
         finally:
             stop.set()
             for t in threads:
-                t.join(30)
+                t.join(120 if t.name == "creator" else 30)  # a create in flight waits up to 2 × 20 s for an answer
             for _, w in pauses:
                 self.resume_worker(w)
         # faults stop: everything back up
@@ -770,7 +786,7 @@ class Chaos:
             w.start()
             self.count("worker_restarts")
         self.pending_restarts = []
-        for n in self.pending_creates:
+        for n in self.unmade + self.pending_creates:  # every item is made, the faults over
             self.create_item(n)
 
     def settle(self) -> tuple[float, bool]:

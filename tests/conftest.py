@@ -78,6 +78,28 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(f"redis-{item.module.__name__}"))
 
 
+class LongFirst:
+    """The long tests first (the browser groups, the servers and processes, the fuzzer): a test
+    process that draws one late runs on alone after the others have finished. After
+    pytest-django's order (by kind of database access, which would put them last), kept within."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        items.sort(key=lambda item: 0 if _long(item) else 1)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(LongFirst(), "workcenter-long-first")
+
+
+LONG_MODULES = ("test_openapi_fuzz.py", "test_deploy.py", "test_shell_executor.py", "test_demo_process.py")
+
+
+def _long(item) -> bool:
+    parts = item.path.relative_to(TESTS).parts
+    return parts[0] in ONCE_FOLDERS or parts[-1] in LONG_MODULES
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """TESTS_MAY_SKIP=postgres-only: only a `postgres`-marked test may skip (the SQLite run);
