@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -165,6 +166,9 @@ def main() -> None:
     harness.stop(*workers)
     harness.stop(server)
 
+    worker_notes = [line for line in (tmp / "workers.log").read_text(errors="replace").splitlines() if "log of run" in line]
+    for line in worker_notes[:10]:
+        harness.log(f"  worker: {line[-200:]}")
     # what was stored: every line of every load run, by its number
     seen: dict[str, set[int]] = {}
     first_at, last_at = float("inf"), 0.0
@@ -179,10 +183,16 @@ def main() -> None:
                 first_at, last_at = min(first_at, at), max(last_at, at)
     per_run = int(args.rate * args.seconds)
     stored = sum(len(v) for v in seen.values())
+    # where lines went missing: a run's last lines (its end was not sent) or holes in between
+    lost_at_end = sum(per_run - 1 - max(v) for v in seen.values()) + per_run * (args.runs - len(seen))
+    from workcenter.models import WorkItem
+    statuses = dict(Counter(WorkItem.objects.filter(pk__in=[i.pk for i in items]).values_list("status", flat=True)))
     printing = max(1e-9, last_at - first_at)
     figures = {
         "db": args.db, "runs": args.runs, "rate_per_run": args.rate, "seconds": args.seconds, "workers": workers_n,
-        "lines_stored": stored, "lost_lines": args.runs * per_run - stored,
+        "lines_stored": stored, "lost_lines": args.runs * per_run - stored, "lost_at_end": lost_at_end,
+        "runs_with_lost_lines": sum(1 for v in seen.values() if len(v) < per_run) + args.runs - len(seen),
+        "item_statuses": statuses,
         "lines_per_s": round(stored / printing, 1), "chunks": chunks,
         "requests_per_run_s": round(chunks / max(1, len(seen)) / printing, 2),
         **harness.p50_p99(latencies, "append", digits=1), "appends_timed": len(latencies),

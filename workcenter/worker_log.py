@@ -8,7 +8,8 @@ written), split at the store's chunk size. A send refused as stale (the lease is
 sender: nothing more is sent for that run. One that fails at the connection is tried again, the
 batch kept in front of what came after it; what waits is bounded (`MAX_PENDING_BYTES`, the oldest
 is dropped first and a worker line says how much). When the run ends the worker `close`s the
-sender, which sends what is left before the run's outcome is submitted.
+sender, which sends what is left before the run's outcome is submitted (for as long as the store
+keeps taking it).
 
 This module imports no Django code (see workcenter/worker.py).
 """
@@ -134,15 +135,16 @@ class LogSender:
                     return
                 self._put_back(batch)
                 with self._lock:
-                    if self._closing and self._give_up_at is not None and time.monotonic() >= self._give_up_at:
-                        return
+                    if self._closing and time.monotonic() >= self._progress_at + self._patience:
+                        return  # closing, and the store has taken nothing for `patience` seconds
                     self._ready.wait(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
         finally:
             if self._on_thread_end is not None:
                 self._on_thread_end()
 
-    _give_up_at: float | None = None
+    _progress_at = 0.0  # monotonic time of the last batch the store took (or of the close)
+    _patience = 10.0
 
     def _deliver(self, batch: list[dict]) -> bool:
         """Send one batch: True when stored (or refused for good, and dropped), False to try again."""
@@ -166,17 +168,25 @@ class LogSender:
             self.stopped = True
             return False
         self.sent_chunks += len(batch)
+        self._progress_at = time.monotonic()
         return True
 
     def close(self, timeout: float = 10.0) -> None:
-        """Send what is left (for at most `timeout` seconds), then end the thread."""
+        """Send what is left, then end the thread: for as long as the store keeps taking batches (a
+        backlog behind a slow server is sent whole), giving up once it has taken nothing for
+        `timeout` seconds (out of reach: the rest is lost with the run's end)."""
         with self._lock:
             self._closing = True
-            self._give_up_at = time.monotonic() + timeout
+            self._patience = timeout
+            self._progress_at = time.monotonic()
             thread = self._thread
             self._ready.notify()
-        if thread is not None:
-            thread.join(timeout + 1.0)
+        while thread is not None and thread.is_alive():
+            thread.join(0.5)
+            if time.monotonic() > self._progress_at + timeout + 1.0:  # one request may hang that long
+                self.abandon()
+                thread.join(1.0)
+                return
 
     def abandon(self) -> None:
         """The run's lease is gone: send nothing more."""

@@ -144,3 +144,31 @@ def test_a_shell_worker_sends_its_commands_output_to_the_runs_log(tmp_path):
     assert {t for s, t in chunks if s == "stderr"} <= {f"line {i}\n" for i in (24, 49, 74, 99)}
     assert "".join(t for s, t in chunks if s == "stderr") == "".join(f"line {i}\n" for i in (24, 49, 74, 99))
     assert len(chunks) < 40, chunks  # batched: not one chunk per line
+
+
+class Slow:
+    """The real store, each append taking `seconds` longer (a server under load)."""
+
+    def __init__(self, seconds: float):
+        self.store, self.seconds, self.calls = LocalStore(), seconds, 0
+
+    def log(self, run, chunks):
+        self.calls += 1
+        time.sleep(self.seconds)
+        return self.store.log(run, chunks)
+
+
+def test_a_closing_sender_sends_a_backlog_whole_while_the_store_keeps_taking_it(tmp_path):
+    # given a slow store and a backlog of several requests' worth (about 1.5 MB of output)
+    run = claimed(tmp_path)
+    store = Slow(0.4)
+    sender = LogSender(store, run, transient=transient)
+    line = "x" * 99 + "\n"
+    for _ in range(15_000):
+        sender.write(line, "stdout")
+    # when the run ends, with a patience shorter than the whole backlog takes
+    started = time.monotonic()
+    sender.close(timeout=1.0)
+    # then the sender went on while the store took batches, and every line is stored
+    assert time.monotonic() - started > 1.0 and store.calls >= 5
+    assert "".join(t for _, t in stored(run["id"])) == line * 15_000
