@@ -36,8 +36,8 @@ EMIT = ("import os, sys, time\n"
         "run, rate, seconds = os.environ['WORKCENTER_RUN_ID'], float(sys.argv[1]), float(sys.argv[2])\n"
         "start = time.time()\n"
         "for n in range(int(rate * seconds)):\n"
-        "    due = start + n / rate\n"
-        "    if due > time.time(): time.sleep(due - time.time())\n"
+        "    wait = start + n / rate - time.time()\n"
+        "    if wait > 0: time.sleep(wait)\n"
         "    print(f'L {run} {n} {time.time() * 1000:.1f}', flush=True)\n")
 
 
@@ -173,9 +173,13 @@ def main() -> None:
     seen: dict[str, set[int]] = {}
     first_at, last_at = float("inf"), 0.0
     chunks = 0
-    for text in RunLogChunk.objects.exclude(run_id=probe["id"]).values_list("text", flat=True).iterator():
+    logs: dict[str, list[str]] = {}
+    for run_id, text in (RunLogChunk.objects.exclude(run_id=probe["id"]).order_by("run_id", "seq")
+                         .values_list("run_id", "text").iterator()):
         chunks += 1
-        for line in text.splitlines():
+        logs.setdefault(run_id, []).append(text)
+    for texts in logs.values():  # a run's text whole: a line may span two chunks (one longer than a chunk)
+        for line in "".join(texts).splitlines():
             parts = line.split()
             if len(parts) == 4 and parts[0] == "L":
                 seen.setdefault(parts[1], set()).add(int(parts[2]))

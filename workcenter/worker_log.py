@@ -32,6 +32,17 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0
 STREAMS = ("stdout", "stderr", "worker")
 
 
+def _cut_at_line(text: str, room: int, *, whole: bool = False) -> int:
+    """How much of `text` goes into a chunk with `room` characters left: all of it when it fits,
+    else up to its last line end within the room, so that lines keep to one chunk (a line longer
+    than a chunk is cut at the chunk's size). `whole`: the chunk ends a line, so it may take none
+    of `text` (a new chunk then starts) rather than a line's beginning."""
+    if len(text) <= room:
+        return len(text)
+    end = text.rfind("\n", 0, room) + 1
+    return end if end or whole else room
+
+
 class LogSender:
     """The log of one run, sent by `store.log(run, chunks)`: True when appended, False when the
     fence refused it (the lease is gone)."""
@@ -67,14 +78,15 @@ class LogSender:
         with self._lock:
             last = self._pending[-1] if self._pending else None
             if last is not None and last["stream"] == stream and len(last["text"]) < MAX_CHUNK_CHARS:
-                room = MAX_CHUNK_CHARS - len(last["text"])
-                last["text"] += text[:room]
-                self._pending_chars += min(room, len(text))
-                text = text[room:]
-            for start in range(0, len(text), MAX_CHUNK_CHARS):
-                piece = text[start:start + MAX_CHUNK_CHARS]
-                self._pending.append({"stream": stream, "text": piece, "at": now})
-                self._pending_chars += len(piece)
+                joined = _cut_at_line(text, MAX_CHUNK_CHARS - len(last["text"]), whole=last["text"].endswith("\n"))
+                last["text"] += text[:joined]
+                self._pending_chars += joined
+                text = text[joined:]
+            while text:
+                cut = _cut_at_line(text, MAX_CHUNK_CHARS)
+                self._pending.append({"stream": stream, "text": text[:cut], "at": now})
+                self._pending_chars += cut
+                text = text[cut:]
             self._bound()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=f"log-{self.run['id'][:8]}", daemon=True)

@@ -172,3 +172,18 @@ def test_a_closing_sender_sends_a_backlog_whole_while_the_store_keeps_taking_it(
     # then the sender went on while the store took batches, and every line is stored
     assert time.monotonic() - started > 1.0 and store.calls >= 5
     assert "".join(t for _, t in stored(run["id"])) == line * 15_000
+
+
+def test_lines_keep_to_one_chunk_unless_longer_than_a_chunk(tmp_path):
+    # given lines written faster than the sender sends, more than a chunk's worth, and one very long line
+    run = claimed(tmp_path)
+    sender = LogSender(LocalStore(), run, transient=transient)
+    lines = [f"line {i:05d} " + "." * 90 + "\n" for i in range(2_000)]  # 200,000 characters
+    for line in lines:
+        sender.write(line, "stdout")
+    sender.write("y" * 70_000 + "\n", "stdout")
+    sender.close()
+    # then every chunk but the long line's ends with a line's end, and the text is whole
+    texts = [t for _, t in stored(run["id"])]
+    assert "".join(texts) == "".join(lines) + "y" * 70_000 + "\n"
+    assert all(t.endswith("\n") for t in texts[:-2]) and len(texts[-2]) == 65_536
