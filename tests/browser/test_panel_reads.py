@@ -16,6 +16,11 @@ SUMMARY = "Compared the three drivers. " + "The numbers hold on every platform. 
 RESPONSE = "## Findings\n" + "\n".join(f"- finding {i}: the driver behaves" for i in range(40))
 
 
+def settled(page) -> None:
+    """Two animation frames: what the page does on an answer it has received is done."""
+    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+
 def mark_panel(page) -> None:
     page.evaluate("() => { document.querySelector('#panel-body').firstElementChild.dataset.mark = 'kept'; }")
 
@@ -33,10 +38,12 @@ def test_a_run_that_ends_while_open_shows_its_whole_texts_and_the_panel_redraws_
     page.goto(f"{daphne_server.url}/work-items/{item.pk}/")
     page.wait_for_selector('#graph g.node[data-stage="a"][data-status="running"]')
     wait_live(page)
-    page.click('#graph g.node[data-stage="a"]')
+    with page.expect_response(lambda r: r.url.endswith("/stages/a/runs")) as runs_read:
+        page.click('#graph g.node[data-stage="a"]')  # the stage's runs are read once when it opens
     page.wait_for_selector("#panel:not([hidden]) li.run")
     wait_for_js(page, "() => !document.querySelector('#panel-body .instruction pre.muted')")
-    page.wait_for_timeout(300)  # the stage's runs are read once when it opens
+    runs_read.value.finished()
+    settled(page)  # the read's answer drawn
 
     # nothing of stage a changes: a relayout and an update of stage b leave the panel as it is
     mark_panel(page)
