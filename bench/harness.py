@@ -245,6 +245,19 @@ def api_user(username: str, codenames: tuple[str, ...] = VIEWER, token_name: str
 # --------------------------------------------------------------------------- figures
 
 
+def cpu_seconds(pid: int, gone: float | None = None) -> float:
+    """User + system CPU time of process `pid` so far, from /proc/<pid>/stat (fields 14 and 15, in
+    clock ticks of 10 ms). A process that has exited raises, unless `gone` is given: then that."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        if gone is None:
+            raise
+        return gone
+
+
 def pct(values: list[float], q: float) -> float | None:
     """The q-quantile of `values` (nearest rank), None for no values."""
     if not values:

@@ -22,12 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import harness  # noqa: E402
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 async def measure(port: int, token: str, item_id: str, sockets: int, seconds: float, pid: int) -> dict:
@@ -58,9 +52,9 @@ async def measure(port: int, token: str, item_id: str, sockets: int, seconds: fl
     tasks = [asyncio.create_task(client(i)) for i in range(sockets)]
     await asyncio.wait_for(ready.wait(), 120)
     await asyncio.sleep(5)
-    start_cpu, start, start_beats = cpu_seconds(pid), time.monotonic(), beats[0]
+    start_cpu, start, start_beats = harness.cpu_seconds(pid), time.monotonic(), beats[0]
     await asyncio.sleep(seconds)
-    cpu, took, got = cpu_seconds(pid) - start_cpu, time.monotonic() - start, beats[0] - start_beats
+    cpu, took, got = harness.cpu_seconds(pid) - start_cpu, time.monotonic() - start, beats[0] - start_beats
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
     return {"server_cpu_ms_per_min": round(cpu / took * 60_000, 1), "heartbeats_received": got}

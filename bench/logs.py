@@ -30,7 +30,6 @@ from pathlib import Path
 
 import harness
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # prints RATE lines a second for SECONDS seconds on an absolute schedule: "L <run id> <n> <epoch ms>"
 EMIT = ("import os, sys, time\n"
         "run, rate, seconds = os.environ['WORKCENTER_RUN_ID'], float(sys.argv[1]), float(sys.argv[2])\n"
@@ -39,12 +38,6 @@ EMIT = ("import os, sys, time\n"
         "    wait = start + n / rate - time.time()\n"
         "    if wait > 0: time.sleep(wait)\n"
         "    print(f'L {run} {n} {time.time() * 1000:.1f}', flush=True)\n")
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def probe_appends(store, run: dict, stop: threading.Event, latencies: list[float]) -> None:
@@ -148,7 +141,7 @@ def main() -> None:
     latencies: list[float] = []
     prober = threading.Thread(target=probe_appends, args=(store, probe, stop, latencies), daemon=True)
     prober.start()
-    cpu0, t0 = cpu_seconds(server.pid), time.time()
+    cpu0, t0 = harness.cpu_seconds(server.pid), time.time()
 
     def finished() -> int:
         return sum(1 for i in items if harness.http_get(server.port, f"/api/v1/work-items/{i.pk}", token)["status"]
@@ -159,7 +152,7 @@ def main() -> None:
         if time.time() > deadline:
             break
         time.sleep(0.5)
-    cpu1, t1 = cpu_seconds(server.pid), time.time()
+    cpu1, t1 = harness.cpu_seconds(server.pid), time.time()
     stop.set()
     prober.join(5)
     panel.join(5)

@@ -101,13 +101,6 @@ CREATE_EVERY = 10           # every 10th appended call creates a draft item
 log = harness.log
 
 
-def cpu_seconds(pid: int) -> float:
-    """user + sys CPU of a process, from /proc/<pid>/stat (fields 14 and 15, clock ticks)."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 # --------------------------------------------------------------------------- the appender process
 
 
@@ -441,7 +434,7 @@ async def run_clients(args, port: int, token: str, busy: list[str], appender: su
     if line.strip() != "ready":
         raise RuntimeError(f"appender: {line!r}")
     await asyncio.sleep(0.5)
-    cpu0, t_go, client0 = cpu_seconds(daphne_pid), time.time(), time.process_time()
+    cpu0, t_go, client0 = harness.cpu_seconds(daphne_pid), time.time(), time.process_time()
     appender.stdin.write("go\n")
     appender.stdin.flush()
     line = await asyncio.to_thread(appender.stdout.readline)
@@ -463,7 +456,7 @@ async def run_clients(args, port: int, token: str, busy: list[str], appender: su
     while time.time() - drain_start < DRAIN_MAX and not all_delivered():
         await asyncio.sleep(0.1)
     drain = time.time() - drain_start
-    cpu1, client1, window = cpu_seconds(daphne_pid), time.process_time(), time.time() - t_go
+    cpu1, client1, window = harness.cpu_seconds(daphne_pid), time.process_time(), time.time() - t_go
     await asyncio.sleep(STATE_PATIENCE + 0.3)  # let the sweeper judge the last events
     stop.set()
     await asyncio.gather(*(c.ws.close() for c in clients), return_exceptions=True)

@@ -29,7 +29,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import harness
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # an event committed less than this before the outage may still be on its way when the receiver
 # goes down: it counts with the outage's backlog, not with the healthy latency
 HEALTHY_MARGIN_S = 1.0
@@ -78,15 +77,6 @@ class Receiver:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def main() -> None:
@@ -150,7 +140,7 @@ def main() -> None:
             down, up_t = False, time.time()
         if kills < len(kill_at) and t >= kill_at[kills]:
             victim = senders[kills % len(senders)]
-            sender_cpu += cpu_seconds(victim.pid)
+            sender_cpu += harness.cpu_seconds(victim.pid, gone=0.0)
             victim.send_signal(signal.SIGKILL)
             victim.wait()
             senders[kills % len(senders)] = start_sender(wait=False)  # the other sender goes on meanwhile
@@ -168,7 +158,7 @@ def main() -> None:
                 break
         time.sleep(0.2)
     for p in senders:
-        sender_cpu += cpu_seconds(p.pid)
+        sender_cpu += harness.cpu_seconds(p.pid, gone=0.0)
         p.send_signal(signal.SIGTERM)
     harness.stop(*senders)
     receiver.stop()

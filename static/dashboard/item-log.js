@@ -37,6 +37,7 @@ class LogView {
     });
     prev.addEventListener("click", () => this.find(-1));
     next.addEventListener("click", () => this.find(1));
+    this.deepLink = null; // a link's run, chunk and text, until the panel shows that run (openAt)
     this.reset();
   }
 
@@ -49,7 +50,6 @@ class LogView {
     this.loadingOlder = false;
     this.live = false;
     this.sticky = true; // the view follows new lines until the reader scrolls up
-    this.deepLink = this.deepLink || null;
     this.hits = [];
     this.hit = -1;
     this.dropped = 0;

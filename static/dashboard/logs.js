@@ -2,7 +2,7 @@
 // stage and the run, shows the matching lines with the lines around them, and opens the item's page
 // at that run's log with the text found (#run=<id>&seq=<chunk>&find=<text>). The query lives in the address
 // (?q=…&status=…&since=…), so a search can be shared and survives a reload.
-import { api, badge, describeError, h, installSlashFocus, shortId, showError, timeEl } from "./common.js";
+import { api, badge, describeError, h, installSlashFocus, shortId, showError, startTicker, timeEl } from "./common.js";
 
 const form = document.getElementById("log-search");
 const q = document.getElementById("log-q");
@@ -80,6 +80,7 @@ form.addEventListener("submit", (e) => { e.preventDefault(); search(); });
 status.addEventListener("change", () => search());
 since.addEventListener("change", () => search());
 installSlashFocus(q);
+startTicker(); // "started 9 s ago" keeps true while the results stay on screen
 
 const start = new URLSearchParams(location.search);
 q.value = start.get("q") || "";

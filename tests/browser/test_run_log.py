@@ -19,7 +19,7 @@ from tests.live import ROOT, database_url, stop_process
 from tests.load import LoadWatch
 from tests.workcenter.test_shell_executor import item_with_stage
 
-from .conftest import Frames, log_in, screenshot, wait_for_js, wait_live
+from .conftest import Frames, log_in, wait_for_js, wait_live
 from .live import REDIS_URL, WAIT_MS, LiveServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -116,8 +116,6 @@ def test_a_commands_lines_appear_in_the_open_panel_within_a_second(deployment, b
         with urllib.request.urlopen(req, timeout=30) as resp:
             text = resp.read().decode()
         assert sum(line.startswith("tick ") for line in text.splitlines()) == LINES and "last tick" in text
-        if connection.vendor == "postgresql":
-            screenshot(watcher, "run-log-finished-1280.png")
         # and the page whose panel stayed closed received no log message at all
         assert closed_frames.count("log") == 0
         assert closed_frames.count("event") > 0  # (it was listening)
