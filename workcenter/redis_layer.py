@@ -82,4 +82,14 @@ def redis_channel_layers(url: str, capacity: int = CAPACITY) -> dict:
     return {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
                         "CONFIG": redis_layer_config(url, capacity)},
             CLAIMS_LAYER: {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-                           "CONFIG": {"hosts": [redis_host(url)]}}}
+                           "CONFIG": {"hosts": [redis_host(url)], "prefix": pubsub_prefix(url)}}}
+
+
+def pubsub_prefix(url: str) -> str:
+    """The claims layer's channel prefix, named after the URL's database: Redis pub/sub channels
+    belong to the whole server, not to a database, so two deployments on two databases of one
+    Redis (or two test processes) would otherwise wake each other's parked claims."""
+    parts = urlsplit(url)
+    given = [v for k, v in parse_qsl(parts.query) if k == "db"]  # unix sockets name it in the query
+    db = (given[0] if given else "") or (parts.path.strip("/") if parts.scheme != "unix" else "") or "0"
+    return f"asgi.db{db}" if db.isdigit() else "asgi"

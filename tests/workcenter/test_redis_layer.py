@@ -3,10 +3,13 @@ builds its connection pool from them: whatever REDIS_URL holds, the read timeout
 layer's blocking receive, and the rest of the URL is kept."""
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from channels_redis.core import RedisChannelLayer
 from channels_redis.utils import create_pool
 
+from tests.live import redis_db_url
 from workcenter.redis_layer import (BLOCKING_RECEIVE, CONNECT_TIMEOUT, MARGIN, SOCKET_TIMEOUT, redis_channel_layers,
                                     redis_host)
 
@@ -67,3 +70,34 @@ def test_the_claims_wakes_have_a_pub_sub_layer_on_the_same_redis():
     layers = redis_channel_layers("redis://127.0.0.1:6379/5")
     assert layers["claims"]["BACKEND"] == "channels_redis.pubsub.RedisPubSubChannelLayer"
     assert layers["claims"]["CONFIG"]["hosts"] == layers["default"]["CONFIG"]["hosts"]
+
+
+def test_the_claims_layer_keeps_to_its_database_though_pub_sub_belongs_to_the_whole_server():
+    # the prefix names the database, from the path or (a unix socket) the query
+    assert redis_channel_layers("redis://127.0.0.1:6379/5")["claims"]["CONFIG"]["prefix"] == "asgi.db5"
+    assert redis_channel_layers("redis://127.0.0.1:6379")["claims"]["CONFIG"]["prefix"] == "asgi.db0"
+    assert redis_channel_layers("unix:///run/redis.sock?db=3")["claims"]["CONFIG"]["prefix"] == "asgi.db3"
+    # on a real Redis, a wake sent to the claims group of one database reaches no listener of another
+    from channels_redis.pubsub import RedisPubSubChannelLayer
+
+    def layer(db: int) -> RedisPubSubChannelLayer:
+        return RedisPubSubChannelLayer(**redis_channel_layers(redis_db_url(db))["claims"]["CONFIG"])
+
+    async def scenario():
+        mine, theirs = layer(0), layer(13)  # (0: no other test's; 13: the pump tests', which count no wakes)
+        channel = await mine.new_channel()
+        await mine.group_add("workcenter.claims", channel)
+        try:
+            # one receive throughout: the pub/sub layer forgets a channel whose receive is cancelled
+            receiving = asyncio.ensure_future(mine.receive(channel))
+            await asyncio.sleep(0.2)  # subscribed
+            await theirs.group_send("workcenter.claims", {"type": "claims.wake", "from": "theirs"})
+            await asyncio.sleep(0.5)
+            assert not receiving.done(), receiving.result()
+            await mine.group_send("workcenter.claims", {"type": "claims.wake", "from": "mine"})
+            assert await asyncio.wait_for(receiving, 5) == {"type": "claims.wake", "from": "mine"}
+        finally:
+            await mine.flush()
+            await theirs.flush()
+
+    asyncio.run(scenario())
